@@ -1,0 +1,158 @@
+"""Command line: ``python -m hp_mlm train | predict | evaluate`` over the same functions the notebooks use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from typing import Sequence
+
+from .config import MASKING_STRATEGIES, PROFILES, RECIPES, Settings, get_settings
+
+#: Flags whose names differ from the setting they set.
+FLAG_NAMES = {"learning_rate": "--lr"}
+
+EPILOG = """examples:
+  python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
+  HP_MLM_PROFILE=smoke python -m hp_mlm train              # offline, tiny model, under a minute
+  python -m hp_mlm train --profile quick --model ./my-bert --dataset ./books.parquet --probes probes.jsonl
+  python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/run/model --top-k 5
+  python -m hp_mlm evaluate --model outputs/run/model --dataset ./books.parquet
+
+Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. HP_MLM_MODEL,
+HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PROFILE)."""
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+    helps = {
+        "model": "Hub id or local folder of a masked-LM",
+        "dataset": "Hub dataset id, or a local .txt/.csv/.json/.jsonl/.parquet file or folder",
+        "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
+        "text_column": "column holding the text",
+        "output_dir": "folder for model/, metrics.json, history.json and plots",
+        "epochs": "passes over the training rows",
+        "batch_size": "rows per batch",
+        "learning_rate": "peak learning rate (default: 5e-5, or 2e-4 for a model whose MLM head is new; seed recipe 1e-5)",
+        "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
+        "mlm_probability": "fraction of tokens masked, in (0, 1)",
+        "validation_fraction": "fraction of rows held out for validation, in [0, 1)",
+        "seed": "random seed for split, shuffling, masks and dropout",
+        "recipe": f"{' or '.join(RECIPES)}: 'seed' reproduces the original tutorial",
+        "masking": f"{' or '.join(MASKING_STRATEGIES)}: every chosen token -> mask token, or BERT's 80/10/10",
+    }
+    for f in fields(Settings):
+        if f.name == "profile" or (only is not None and f.name not in only):
+            continue
+        flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
+        if f.type == "bool":
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
+                                help=helps.get(f.name, f"setting {f.name} (default from profile)"))
+            continue
+        choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES}.get(f.name)
+        parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
+                            help=helps.get(f.name, f"setting {f.name} (default from profile)"))
+    parser.add_argument("--profile", choices=PROFILES, default=None,
+                        help="full (the course), quick (CPU laptop) or smoke (offline, tiny); default $HP_MLM_PROFILE or full")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m hp_mlm",
+        description="Fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="the main job: evaluate, fine-tune, evaluate again, save",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_setting_flags(t)
+    t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check before/after")
+    t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
+    t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+
+    p = sub.add_parser("predict", help="fill in [MASK] tokens with a model")
+    p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
+    p.add_argument("--model", help="fine-tuned model folder or Hub id (default: the profile's model)")
+    p.add_argument("--top-k", type=int, default=5, help="candidates per mask")
+    p.add_argument("--json", action="store_true", help="print JSON: per sentence, one list per mask of {token, score}")
+    p.add_argument("--profile", choices=PROFILES, default=None)
+
+    e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model")
+    _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability",
+                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows"))
+    e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
+    return parser
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    known = {f.name for f in fields(Settings)} - {"profile"}
+    return get_settings(args.profile, **{k: v for k, v in vars(args).items() if k in known})
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .job import default_probes, run_job
+
+    settings = _settings(args)
+    run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite, resume=args.resume)
+    print(f"\nsaved to {settings.output_dir}/ (model/, metrics.json, history.json, loss_curve.png, before_after.png)")
+    return 0
+
+
+def _cmd_predict(args: argparse.Namespace) -> int:
+    from .inference import fill_mask
+    from .models import load_model
+
+    model_name = args.model or get_settings(args.profile).model
+    loaded = load_model(model_name)
+    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=args.top_k)
+    if args.json:
+        print(json.dumps([[[{"token": c["token"], "score": c["score"]} for c in mask] for mask in sentence]
+                          for sentence in results], indent=2))
+        return 0
+    for sentence, masks in zip(args.sentences, results):
+        print(sentence)
+        for m, candidates in enumerate(masks, start=1):
+            shown = ", ".join(f"{c['token']}{' (piece)' if c['is_subword'] else ''} {c['score']:.3f}" for c in candidates)
+            print(f"  mask {m}: {shown}")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .evaluation import evaluate
+    from .job import prepare
+    from .masking import freeze_masks
+
+    settings = _settings(args)
+    prep = prepare(settings)
+    frozen = prep.frozen_validation
+    if args.all_rows:
+        from datasets import concatenate_datasets
+
+        frozen = freeze_masks(concatenate_datasets([prep.train_tokens, prep.validation_tokens]), prep.loaded.tokenizer,
+                              settings.mlm_probability, settings.seed)
+    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size)
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point; returns the exit status (0 ok, 2 for bad input or an unreachable Hub)."""
+    from .hub import HubUnavailableError
+    from .training import TrainingDiverged
+
+    args = build_parser().parse_args(argv)
+    handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate}
+    try:
+        return handlers[args.command](args)
+    except (HubUnavailableError, FileNotFoundError, FileExistsError, ValueError, TrainingDiverged) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\ninterrupted; rerun with --resume to continue from the last checkpoint", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""Rows of text: load a corpus (Hub id or local path), clean it, and hold out validation rows.
+
+Taught in ``notebooks/01_tokenising.ipynb``. Loading goes through ``datasets``; split strings such
+as ``train[:10%]`` are parsed here and applied with exact, documented rounding, the same way for
+Hub and local data.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
+
+from .config import SMOKE_DATASET
+from .hub import hub_error, is_local, require_hub
+
+#: Local file types we read, and the ``datasets`` builder for each.
+BUILDERS = {".txt": "text", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+ACCEPTED = "a .txt (one row per line), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
+
+_SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(?:\[(?P<start>[^:\]]*):(?P<stop>[^\]]*)\])?\s*$")
+
+
+@dataclass(frozen=True)
+class CorpusReport:
+    """What loading found. ``n_rows`` = ``n_loaded`` - ``n_dropped``.
+
+    Attributes:
+        source: the id or path loaded.
+        split: the split string applied.
+        n_loaded: rows in the slice before cleaning.
+        n_dropped: rows dropped because their text was empty, whitespace-only or missing (None).
+        n_rows: rows kept.
+    """
+
+    source: str
+    split: str
+    n_loaded: int
+    n_dropped: int
+    n_rows: int
+
+
+def parse_split(split: str) -> tuple[str, str | None, str | None]:
+    """Split ``"train[:10%]"`` into ``("train", "", "10%")``; ``"train"`` into ``("train", None, None)``.
+
+    Raises:
+        ValueError: for a string that is not ``name`` or ``name[start:stop]``.
+    """
+    m = _SPLIT_RE.match(split)
+    if not m:
+        raise ValueError(
+            f"split {split!r} is not of the form 'train', 'train[:10%]', 'train[-10%:]' or 'train[:200]'"
+        )
+    if m.group("start") is None:
+        return m.group("name"), None, None
+    return m.group("name"), m.group("start").strip(), m.group("stop").strip()
+
+
+def _bound(text: str, n: int, split: str) -> int | None:
+    """One slice bound as a row index: ``""`` -> None, ``"10%"`` -> round(n * 0.10), ``"-3"`` -> n - 3."""
+    if text == "":
+        return None
+    try:
+        if text.endswith("%"):
+            value = float(text[:-1])
+            rows = int(math.floor(abs(value) * n / 100 + 0.5))  # round half up, as a person would
+            return n - rows if value < 0 or text.startswith("-") else rows
+        value_int = int(text)
+    except ValueError:
+        raise ValueError(f"slice bound {text!r} in split {split!r} is not an integer or a percentage") from None
+    return n + value_int if value_int < 0 else value_int
+
+
+def slice_indices(split: str, n_rows: int) -> range:
+    """Row indices that ``split``'s slice selects from a split of ``n_rows`` rows.
+
+    Percentages are rounded to the nearest row (half up) *before* negative bounds are taken from
+    the end, so ``train[-10%:]`` of 30 rows is the last 3 rows, and ``train[-1%:]`` is empty
+    (never the whole split).
+
+    Raises:
+        ValueError: the slice selects no rows.
+    """
+    _, start, stop = parse_split(split)
+    if start is None:
+        selected = range(n_rows)
+    else:
+        a, b = _bound(start, n_rows, split), _bound(stop, n_rows, split)
+        selected = range(n_rows)[slice(a, b)]
+    if len(selected) == 0:
+        raise ValueError(
+            f"split {split!r} selects no rows of the {n_rows} available; ask for a larger slice "
+            "(e.g. 'train[:10%]' needs at least 5 rows to hold one)"
+        )
+    return selected
+
+
+def _local_files(path: Path) -> tuple[str, list[str]]:
+    """The ``datasets`` builder and the files for a local file or folder."""
+    if path.is_file():
+        builder = BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise ValueError(f"Cannot read {str(path)!r}: unsupported file type {path.suffix!r}. Pass {ACCEPTED}.")
+        return builder, [str(path)]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS)
+    builders = {BUILDERS[p.suffix.lower()] for p in files}
+    if not files:
+        raise ValueError(f"Folder {str(path)!r} holds no data files. Pass {ACCEPTED}.")
+    if len(builders) > 1:
+        raise ValueError(
+            f"Folder {str(path)!r} mixes file types {sorted({p.suffix for p in files})}; keep one type per folder."
+        )
+    return builders.pop(), [str(p) for p in files]
+
+
+def _load_split(source: str, split_name: str) -> Dataset:
+    """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus."""
+    if source == SMOKE_DATASET:
+        from .models import smoke_corpus_path
+
+        return load_dataset("text", data_files={split_name: str(smoke_corpus_path())}, split=split_name)
+    if is_local(source):
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"Dataset path {source!r} does not exist. Pass {ACCEPTED}, or a Hub dataset id.")
+        if path.is_dir() and ((path / "dataset_info.json").exists() or (path / "dataset_dict.json").exists()):
+            loaded = load_from_disk(str(path))
+            if isinstance(loaded, DatasetDict):
+                if split_name not in loaded:
+                    raise ValueError(f"{source!r} has splits {list(loaded)}, not {split_name!r}")
+                return loaded[split_name]
+            return loaded
+        builder, files = _local_files(path)
+        return load_dataset(builder, data_files={split_name: files}, split=split_name)
+    require_hub(source, "dataset")
+    try:
+        return load_dataset(source, split=split_name)
+    except (ConnectionError, OSError) as error:
+        raise hub_error(source, "dataset", error) from error
+
+
+def drop_empty_rows(rows: Dataset, text_column: str) -> tuple[Dataset, int]:
+    """Drop rows whose text is None, empty or whitespace-only.
+
+    Returns:
+        ``(kept rows, number dropped)``; kept rows stay in their original order.
+    Raises:
+        ValueError: if ``text_column`` is missing (names the columns present).
+    """
+    if text_column not in rows.column_names:
+        raise ValueError(
+            f"text column {text_column!r} not found; the data has columns {rows.column_names}. "
+            "Pass the right one with --text-column / HP_MLM_TEXT_COLUMN."
+        )
+    texts = rows[text_column]
+    keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
+    return (rows if len(keep) == len(texts) else rows.select(keep)), len(texts) - len(keep)
+
+
+def load_corpus(source: str, split: str = "train", text_column: str = "text") -> tuple[Dataset, CorpusReport]:
+    """Load, slice and clean a corpus. The result has one column, ``text_column``.
+
+    Args:
+        source: a Hub dataset id (``andjela-r/mlm-harry-potter``), a local path (see ``ACCEPTED``),
+            or ``SMOKE_DATASET``. A ``.txt`` file is one row per line, in column ``text``.
+        split: split and optional slice: ``train``, ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
+        text_column: the column holding the text.
+    Returns:
+        ``(rows, report)``.
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        ValueError: an unsupported file type, a missing text column (names the columns present),
+            a slice that selects nothing, or no usable (non-empty) rows.
+        HubUnavailableError: a Hub id that cannot be fetched (names the id; says to pass a local path).
+    """
+    split_name, _, _ = parse_split(split)
+    full = _load_split(source, split_name)
+    if text_column not in full.column_names and full.column_names == ["text"] and source.endswith(".txt"):
+        text_column = "text"
+    indices = slice_indices(split, len(full))
+    rows = full if len(indices) == len(full) else full.select(indices)
+    rows, n_dropped = drop_empty_rows(rows, text_column)
+    if len(rows) == 0:
+        raise ValueError(
+            f"{source!r} ({split}) has no usable rows: all {n_dropped} rows are empty, whitespace-only or missing."
+        )
+    extra = [c for c in rows.column_names if c != text_column]
+    if extra:
+        rows = rows.remove_columns(extra)
+    return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows))
+
+
+def rows_from_texts(texts: list[str | None], text_column: str = "text") -> tuple[Dataset, int]:
+    """A cleaned ``Dataset`` from a Python list of texts (None/empty/whitespace dropped).
+
+    Returns:
+        ``(rows, number dropped)``.
+    Raises:
+        ValueError: if no row is usable.
+    """
+    rows, dropped = drop_empty_rows(Dataset.from_dict({text_column: list(texts)}), text_column)
+    if len(rows) == 0:
+        raise ValueError(f"no usable rows: all {dropped} texts are empty, whitespace-only or None")
+    return rows, dropped
+
+
+def train_validation_split(
+    rows: Dataset, validation_fraction: float, seed: int, max_validation_rows: int = 0
+) -> tuple[Dataset, Dataset]:
+    """Hold out ``validation_fraction`` of the rows, chosen at random with ``seed``.
+
+    The held-out rows never reach training. Rows keep their corpus order within each part.
+
+    Args:
+        validation_fraction: fraction in [0, 1); a positive fraction holds out at least 1 row.
+        max_validation_rows: cap on held-out rows (0 = no cap); rows over the cap go to training.
+    Returns:
+        ``(train_rows, validation_rows)``; ``validation_rows`` is empty when the fraction is 0.
+    Raises:
+        ValueError: if the fraction is out of range, or no training row would remain.
+    """
+    if not 0.0 <= validation_fraction < 1.0:
+        raise ValueError(f"validation_fraction must be in [0, 1), got {validation_fraction}")
+    n = len(rows)
+    n_val = 0 if validation_fraction == 0 else max(1, int(math.floor(n * validation_fraction + 0.5)))
+    if max_validation_rows:
+        n_val = min(n_val, max_validation_rows)
+    if n - n_val < 1:
+        raise ValueError(f"{n} rows leave no training row after holding out {n_val} for validation")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed)).tolist()
+    val_idx = sorted(order[:n_val])
+    held = set(val_idx)
+    train_idx = [i for i in range(n) if i not in held]
+    return rows.select(train_idx), rows.select(val_idx)

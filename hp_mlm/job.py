@@ -1,0 +1,232 @@
+"""The main job, end to end: load, split, evaluate before, fine-tune, evaluate after, predict, save.
+
+``python -m hp_mlm train`` calls :func:`run_job`; the notebooks call :func:`prepare` and
+:func:`ensure_trained` so that each notebook can recreate what it needs with one call.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from datasets import Dataset
+
+from .config import SMOKE_DATASET, Settings, resolve_learning_rate
+from .data import CorpusReport, load_corpus, train_validation_split
+from .evaluation import evaluate, original_tutorial_accuracy
+from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
+from .masking import freeze_masks
+from .models import LoadedModel, load_model, model_max_positions
+from .tokens import check_max_length, tokenize_rows
+from .training import CHECKPOINTS, save_model, train
+
+MODEL_DIR = "model"
+#: Rows of the training split scored by the original tutorial's (batch-1) accuracy function.
+ORIGINAL_ACCURACY_ROWS = 100
+
+
+@dataclass
+class Prepared:
+    """Everything the job needs before training.
+
+    Attributes:
+        settings: the run's settings.
+        loaded: model, tokenizer and what the loader found.
+        report: rows loaded and dropped.
+        train_rows, validation_rows: raw text rows (a ``Dataset`` with one text column).
+        train_tokens, validation_tokens: tokenised rows (``input_ids``, ``attention_mask``,
+            ``special_tokens_mask``, ``length``).
+        frozen_validation: validation rows with masks frozen by ``settings.seed``.
+        learning_rate: the peak learning rate in use.
+    """
+
+    settings: Settings
+    loaded: LoadedModel
+    report: CorpusReport
+    train_rows: Dataset
+    validation_rows: Dataset
+    train_tokens: Dataset
+    validation_tokens: Dataset
+    frozen_validation: list[dict[str, list[int]]]
+    learning_rate: float
+
+
+def prepare(settings: Settings, model: str | None = None) -> Prepared:
+    """Load the model and the corpus, hold out validation rows, tokenise, and freeze evaluation masks.
+
+    Args:
+        model: load this model (id or folder) instead of ``settings.model``, e.g. a fine-tuned one.
+    Raises:
+        everything the loaders raise (see ``data.load_corpus``, ``models.load_model``), and
+        ValueError when ``max_length`` exceeds the model's limit or nothing is held out.
+    """
+    loaded = load_model(model or settings.model)
+    check_max_length(settings.max_length, model_max_positions(loaded.model))
+    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
+    train_rows, validation_rows = train_validation_split(
+        rows, settings.validation_fraction, settings.seed, settings.max_validation_rows
+    )
+    if len(validation_rows) == 0:
+        raise ValueError("validation_fraction is 0, so there is nothing to evaluate on; use e.g. 0.1")
+    tok = loaded.tokenizer
+    train_tokens = tokenize_rows(train_rows, tok, settings.max_length, settings.text_column)
+    validation_tokens = tokenize_rows(validation_rows, tok, settings.max_length, settings.text_column)
+    frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
+    return Prepared(
+        settings,
+        loaded,
+        report,
+        train_rows,
+        validation_rows,
+        train_tokens,
+        validation_tokens,
+        frozen,
+        resolve_learning_rate(settings, loaded.head_newly_initialised),
+    )
+
+
+def default_probes(settings: Settings) -> Path | None:
+    """The smoke corpus ships its own probes; other corpora have none unless ``--probes`` is given."""
+    if settings.dataset == SMOKE_DATASET:
+        from importlib import resources
+
+        return Path(str(resources.files("hp_mlm") / "data" / "smoke_probes.jsonl"))
+    return None
+
+
+def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
+    """Refuse to overwrite a finished model unless asked.
+
+    Raises:
+        FileExistsError: ``output_dir/model`` or checkpoints exist and neither ``overwrite`` nor
+            ``resume`` was given; the message names both flags.
+    """
+    existing = [p for p in (output_dir / MODEL_DIR, output_dir / "checkpoints") if p.exists()]
+    if existing and not (overwrite or resume):
+        raise FileExistsError(
+            f"{str(output_dir)!r} already holds a model or checkpoints ({', '.join(p.name for p in existing)}). "
+            "Pass --overwrite to replace it, --resume to continue its training, or choose another --output-dir."
+        )
+
+
+def run_job(
+    settings: Settings,
+    probes: str | Path | None = None,
+    overwrite: bool = False,
+    resume: bool = False,
+    log: Callable[[str], None] = print,
+    stop_after_steps: int | None = None,
+) -> dict[str, Any]:
+    """The whole main job; writes ``model/``, ``metrics.json``, ``history.json`` and two PNG plots.
+
+    Returns:
+        The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
+        ``cross_entropy``, ``perplexity``, ``n_positions``, ...), ``original_tutorial_accuracy``,
+        ``probes``, ``examples``, ``data``, ``settings``, ``seconds``.
+    """
+    from .plots import plot_before_after, plot_loss_curve, save_figure
+    from .training import atomic_write_text
+
+    started = time.perf_counter()
+    out = Path(settings.output_dir)
+    check_output_dir(out, overwrite, resume)
+    log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, data {settings.dataset} [{settings.split}]")
+    prep = prepare(settings)
+    tok, model = prep.loaded.tokenizer, prep.loaded.model
+    log(
+        f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
+        f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
+    )
+    if prep.loaded.head_newly_initialised:
+        log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
+    probe_list = load_probes(probes) if probes else []
+
+    def score(m) -> dict[str, Any]:
+        return evaluate(m, prep.frozen_validation, tok, settings.eval_batch_size)
+
+    sample = prep.train_rows[settings.text_column][:ORIGINAL_ACCURACY_ROWS]
+    before = score(model)
+    original_before = original_tutorial_accuracy(model, tok, sample, settings.mlm_probability, torch.Generator().manual_seed(1), settings.max_length)
+    probes_before = score_probes(model, tok, probe_list, settings.top_k)
+    log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} ({before['n_positions']} masked tokens)")
+    log(f"training at learning rate {prep.learning_rate:g} for {settings.epochs} epoch(s)")
+    history = train(
+        model,
+        tok,
+        prep.train_tokens,
+        settings,
+        prep.learning_rate,
+        evaluate_fn=score,
+        output_dir=out,
+        resume=resume,
+        stop_after_steps=stop_after_steps,
+    )
+    after = score(model)
+    original_after = original_tutorial_accuracy(model, tok, sample, settings.mlm_probability, torch.Generator().manual_seed(2), settings.max_length)
+    probes_after = score_probes(model, tok, probe_list, settings.top_k)
+    examples = fill_mask(model, tok, list(EXAMPLE_SENTENCES), top_k=settings.top_k, max_length=settings.max_length)
+    save_model(model, tok, out / MODEL_DIR)
+    shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
+    metrics: dict[str, Any] = {
+        "before": before,
+        "after": after,
+        "original_tutorial_accuracy": {"before": original_before, "after": original_after, "rows": "training rows, batch 1, masks redrawn per call"},
+        "probes": {"before": probes_before, "after": probes_after},
+        "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
+        "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
+        "learning_rate": prep.learning_rate,
+        "head_newly_initialised": prep.loaded.head_newly_initialised,
+        "settings": settings.as_dict(),
+        "seconds": time.perf_counter() - started,
+    }
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+    atomic_write_text(out / "history.json", json.dumps(history, indent=2))
+    save_figure(plot_loss_curve(history), out / "loss_curve.png")
+    save_figure(plot_before_after(metrics), out / "before_after.png")
+    log(format_report(metrics))
+    return metrics
+
+
+def format_report(metrics: dict[str, Any]) -> str:
+    """A plain-text before/after table, example predictions and probe hits."""
+    b, a = metrics["before"], metrics["after"]
+    lines = [
+        "",
+        f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
+        f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
+        f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
+        f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
+        f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
+    ]
+    o = metrics["original_tutorial_accuracy"]
+    lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
+    p = metrics["probes"]
+    if p["after"]["n"]:
+        lines.append(f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}")
+    lines.append("")
+    for example in metrics["examples"]:
+        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
+        lines.append(f"{example['text']}  ->  {guesses}")
+    for row in p["after"]["rows"]:
+        mark = "right" if row["hit_top1"] else "wrong"
+        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
+    return "\n".join(lines)
+
+
+def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Path:
+    """The fine-tuned model folder for ``settings``: reused when present, else trained now.
+
+    Returns:
+        ``Path(settings.output_dir) / "model"``.
+    """
+    target = Path(settings.output_dir) / MODEL_DIR
+    if (target / "config.json").exists() and (Path(settings.output_dir) / "metrics.json").exists():
+        log(f"reusing the fine-tuned model in {settings.output_dir}/{MODEL_DIR}")
+        return target
+    run_job(settings, probes=default_probes(settings), overwrite=True, log=log)
+    return target

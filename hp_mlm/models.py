@@ -1,0 +1,220 @@
+"""Loading the tokenizer and the masked-LM: a Hub id, a local folder, or the project's tiny smoke BERT.
+
+Taught in ``notebooks/00_setup.ipynb``. Weights load as safetensors only; remote code is never run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from importlib import resources
+
+import torch
+import transformers
+from transformers import (
+    AutoModelForMaskedLM,
+    AutoTokenizer,
+    BertConfig,
+    BertForMaskedLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    BertTokenizerFast,
+)
+
+from .config import SMOKE_MODEL
+from .hub import HubUnavailableError, hub_error, is_local, require_hub
+
+#: Size of the smoke profile's randomly initialised BERT (seconds per epoch on 2 CPU cores).
+SMOKE_BERT = dict(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    intermediate_size=128,
+    max_position_embeddings=128,
+)
+SMOKE_VOCAB_SIZE = 1200
+SMOKE_SEED = 1234
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A masked-LM and its tokenizer, with what the loader found.
+
+    Attributes:
+        model: the ``PreTrainedModel`` with an MLM head, in eval mode on the CPU.
+        tokenizer: its tokenizer.
+        head_newly_initialised: True when the checkpoint had no MLM-head weights, so the head
+            starts random (accuracy before fine-tuning is then near zero).
+        newly_initialised: names of the tensors the loader had to initialise.
+        name: the id or path it came from.
+    """
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    head_newly_initialised: bool
+    newly_initialised: tuple[str, ...]
+    name: str
+
+
+def smoke_corpus_path():
+    """Path of the project's own small corpus (original prose about an invented school of magic)."""
+    return resources.files("hp_mlm") / "data" / "smoke_corpus.txt"
+
+
+def smoke_vocab_path():
+    """Path of the smoke tokenizer's shipped WordPiece vocabulary (made by :func:`train_smoke_vocab`)."""
+    return resources.files("hp_mlm") / "data" / "smoke_vocab.txt"
+
+
+def train_smoke_vocab(vocab_size: int = SMOKE_VOCAB_SIZE) -> list[str]:
+    """Train a lower-casing WordPiece vocabulary on the smoke corpus with ``tokenizers``.
+
+    This is how ``data/smoke_vocab.txt`` was made. The trainer breaks ties between equally
+    frequent pieces differently from run to run, so the course ships the result rather than
+    retraining it on every run (same vocabulary, same token ids, same results everywhere).
+
+    Returns:
+        The vocabulary, one token per entry, in id order (special tokens first).
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size, special_tokens=specials, min_frequency=2, show_progress=False
+    )
+    lines = smoke_corpus_path().read_text(encoding="utf-8").splitlines()
+    tok.train_from_iterator([line for line in lines if line.strip()], trainer=trainer)
+    vocab = tok.get_vocab()
+    return sorted(vocab, key=vocab.__getitem__)
+
+
+def build_smoke_tokenizer() -> PreTrainedTokenizerBase:
+    """The smoke profile's tokenizer: BERT's uncased WordPiece scheme over the shipped smoke vocabulary.
+
+    Special tokens (``[PAD]``, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]``) have ids 0-4 here,
+    unlike bert-base-uncased, which keeps the code honest about asking the tokenizer for ids.
+    """
+    tokens = smoke_vocab_path().read_text(encoding="utf-8").split("\n")
+    return BertTokenizerFast(
+        vocab={token: i for i, token in enumerate(t for t in tokens if t)},
+        do_lower_case=True,
+        model_max_length=SMOKE_BERT["max_position_embeddings"],
+    )
+
+
+def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED) -> BertForMaskedLM:
+    """A tiny randomly initialised ``BertForMaskedLM`` sized by ``SMOKE_BERT`` (same weights for a seed)."""
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **SMOKE_BERT)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = BertForMaskedLM(config)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """Silence transformers' load report (we summarise it in one line instead)."""
+    level = transformers.logging.get_verbosity()
+    bars = transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(level)
+        if bars:
+            transformers.logging.enable_progress_bar()
+
+
+def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
+    """Load a tokenizer from a Hub id, a local folder, or ``SMOKE_MODEL``.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        HubUnavailableError: a Hub id while the Hub cannot be reached.
+    """
+    if name == SMOKE_MODEL:
+        return build_smoke_tokenizer()
+    cached_only = _check_source(name)
+    try:
+        with _quiet_transformers():
+            return AutoTokenizer.from_pretrained(name, local_files_only=cached_only)
+    except OSError as error:
+        if is_local(name):
+            raise
+        raise hub_error(name, "tokenizer", error) from error
+
+
+def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
+    """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
+
+    Weights come from safetensors files only (``use_safetensors=True``); remote code is never run.
+    A checkpoint without MLM-head weights (e.g. a sentence-embedding BERT) loads with a new,
+    randomly initialised head; ``LoadedModel.head_newly_initialised`` says so.
+
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        HubUnavailableError: a Hub id while the Hub cannot be reached; names the id.
+        OSError / ValueError: from transformers, for a folder that holds no usable model.
+    """
+    if name == SMOKE_MODEL:
+        tok = tokenizer or build_smoke_tokenizer()
+        return LoadedModel(build_smoke_model(tok), tok, True, ("<all: random smoke BERT>",), name)
+    tok = tokenizer or load_tokenizer(name)
+    cached_only = _check_source(name)
+    try:
+        with _quiet_transformers():
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only
+            )
+    except OSError as error:
+        if is_local(name):
+            raise
+        raise hub_error(name, "model", error) from error
+    missing = tuple(sorted(info.get("missing_keys", ())))
+    head_prefixes = ("cls.", "lm_head.", "vocab_", "predictions.")
+    head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)
+    return LoadedModel(model.eval(), tok, head_new, missing, name)
+
+
+def _check_source(name: str) -> bool:
+    """Fail early: a local path must exist; a Hub id needs the Hub or the local cache.
+
+    Returns:
+        True when only the local cache may be used (Hub out of reach, but ``name`` is cached).
+    """
+    from pathlib import Path
+
+    if is_local(name):
+        if not Path(name).expanduser().exists():
+            raise FileNotFoundError(
+                f"Model path {name!r} does not exist. Pass a folder saved with save_pretrained "
+                "(config.json, model.safetensors, tokenizer files) or a Hub id such as bert-base-uncased."
+            )
+        return False
+    try:
+        require_hub(name, "model")
+    except HubUnavailableError:
+        if _in_hf_cache(name):
+            return True
+        raise
+    return False
+
+
+def _in_hf_cache(name: str) -> bool:
+    """True when the Hugging Face cache already holds ``name``'s config (usable offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        found = try_to_load_from_cache(name, "config.json")
+        return isinstance(found, str)
+    except Exception:  # noqa: BLE001 - any failure just means "not cached"
+        return False
+
+
+def model_max_positions(model: PreTrainedModel) -> int | None:
+    """The model's position-embedding limit in tokens (512 for BERT), or None if it has none."""
+    return getattr(model.config, "max_position_embeddings", None)

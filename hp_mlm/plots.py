@@ -1,0 +1,95 @@
+"""Plots: a picture for each step (matplotlib), no logic. Used by the notebooks and saved by the CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+
+def _axes(ax):
+    import matplotlib.pyplot as plt
+
+    if ax is not None:
+        return ax.figure, ax
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    return fig, ax
+
+
+def plot_loss_curve(history: Mapping[str, Any], ax=None, smooth: int = 10):
+    """Training loss per optimiser step (thin line) and its running mean over ``smooth`` steps.
+
+    Args:
+        history: the dict returned by ``training.train`` (``history["steps"]``).
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    fig, ax = _axes(ax)
+    steps = [s["step"] for s in history["steps"]]
+    losses = [s["loss"] for s in history["steps"]]
+    ax.plot(steps, losses, lw=0.8, alpha=0.4, label="loss per step")
+    if len(losses) >= smooth > 1:
+        running = [sum(losses[max(0, i - smooth + 1) : i + 1]) / len(losses[max(0, i - smooth + 1) : i + 1]) for i in range(len(losses))]
+        ax.plot(steps, running, lw=2, label=f"running mean ({smooth} steps)")
+    for epoch in history.get("epochs", []):
+        val = epoch.get("validation")
+        if val:
+            last = [s["step"] for s in history["steps"] if s["epoch"] == epoch["epoch"]]
+            if last:
+                ax.scatter([last[-1]], [val["cross_entropy"]], marker="o", color="black", zorder=3)
+    if any(e.get("validation") for e in history.get("epochs", [])):
+        ax.scatter([], [], marker="o", color="black", label="validation loss (epoch end)")
+    ax.set_xlabel("optimiser step")
+    ax.set_ylabel("cross-entropy (nats)")
+    ax.set_title("Training loss")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_before_after(metrics: Mapping[str, Any], ax=None, keys: Sequence[str] = ("top1", "top5")):
+    """Bars of validation top-1/top-5 masked-token accuracy before and after fine-tuning.
+
+    Args:
+        metrics: ``{"before": {...}, "after": {...}}`` as written to ``metrics.json``.
+    Returns:
+        The matplotlib ``Figure``.
+    """
+    fig, ax = _axes(ax)
+    width = 0.38
+    xs = range(len(keys))
+    for offset, name in ((-width / 2, "before"), (width / 2, "after")):
+        values = [100 * metrics[name][k] for k in keys]
+        bars = ax.bar([x + offset for x in xs], values, width, label=name)
+        ax.bar_label(bars, fmt="%.1f%%")
+    ax.set_xticks(list(xs), [k.replace("top", "top-") for k in keys])
+    ax.set_ylabel("held-out masked tokens right (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("Before and after fine-tuning (same frozen masks)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_token_lengths(lengths: Sequence[int], max_length: int | None = None, ax=None):
+    """Histogram of tokens per row, with the ``max_length`` cut-off marked."""
+    fig, ax = _axes(ax)
+    ax.hist(list(lengths), bins=40)
+    if max_length:
+        ax.axvline(max_length, color="red", ls="--", label=f"max_length = {max_length}")
+        ax.legend()
+    ax.set_xlabel("tokens per row")
+    ax.set_ylabel("rows")
+    ax.set_title("Row lengths")
+    fig.tight_layout()
+    return fig
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Save ``fig`` as a PNG at ``path`` (folders created) and close it."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

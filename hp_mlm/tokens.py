@@ -1,0 +1,134 @@
+"""Tokens: text rows to ``input_ids``, batches padded per batch, and length-grouped batch order.
+
+Taught in ``notebooks/01_tokenising.ipynb``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from datasets import Dataset
+from transformers import PreTrainedTokenizerBase
+from transformers.trainer_pt_utils import get_length_grouped_indices
+
+#: Columns a tokenised row keeps (``token_type_ids`` is all zeros for one-segment rows, so dropped).
+MODEL_COLUMNS = ("input_ids", "attention_mask", "special_tokens_mask")
+
+
+def check_max_length(max_length: int, model_limit: int | None) -> None:
+    """Refuse a ``max_length`` the model cannot embed.
+
+    Raises:
+        ValueError: if ``max_length`` exceeds ``model_limit`` (the model's position-embedding count).
+    """
+    if model_limit is not None and max_length > model_limit:
+        raise ValueError(
+            f"max_length={max_length} is above the model's limit of {model_limit} positions; "
+            f"pass --max-length {model_limit} or less"
+        )
+
+
+def tokenize_rows(
+    rows: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    text_column: str = "text",
+    split_long_rows: bool = False,
+) -> Dataset:
+    """Tokenise every row with ``datasets.map(batched=True)`` (cached by ``datasets`` when file-backed).
+
+    Rows are truncated at ``max_length`` tokens, ``[CLS]``/``[SEP]`` included; with
+    ``split_long_rows`` a long row becomes several rows instead, so no text is lost. No padding
+    here: batches are padded later, each to its own longest row.
+
+    Returns:
+        A ``Dataset`` with columns ``input_ids``, ``attention_mask``, ``special_tokens_mask``
+        (lists of int, one entry per token) and ``length`` (tokens in the row).
+    """
+
+    def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        enc = tokenizer(
+            batch[text_column],
+            truncation=True,
+            max_length=max_length,
+            return_special_tokens_mask=True,
+            return_token_type_ids=False,
+            return_overflowing_tokens=split_long_rows,
+        )
+        out = {k: enc[k] for k in MODEL_COLUMNS}
+        out["length"] = [len(ids) for ids in enc["input_ids"]]
+        return out
+
+    return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
+
+
+def pad_batch(
+    features: Sequence[dict[str, Any]],
+    tokenizer: PreTrainedTokenizerBase,
+    pad_to_multiple_of: int | None = None,
+    pad_to_length: int | None = None,
+) -> dict[str, torch.Tensor]:
+    """Pad a list of tokenised rows to the longest row of *this batch* (dynamic padding).
+
+    Uses ``tokenizer.pad``. ``pad_to_length`` pads to a fixed length instead (the original
+    tutorial's "pad every row to the longest row of the dataset").
+
+    Returns:
+        ``input_ids``, ``attention_mask``, ``special_tokens_mask`` (padding counts as special):
+        LongTensor[batch, seq_len]; plus ``labels`` when the rows carry them (padded with -100).
+    """
+    keys = [k for k in (*MODEL_COLUMNS, "labels") if k in features[0]]
+    plain = [{k: f[k] for k in keys if k != "labels"} for f in features]
+    if pad_to_length is not None:
+        batch = tokenizer.pad(plain, padding="max_length", max_length=pad_to_length, return_tensors="pt")
+    else:
+        batch = tokenizer.pad(plain, padding="longest", pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
+    batch = {k: v for k, v in batch.items()}
+    if "labels" in keys:
+        width = batch["input_ids"].shape[1]
+        labels = torch.full((len(features), width), -100, dtype=torch.long)
+        for i, f in enumerate(features):
+            labels[i, : len(f["labels"])] = torch.as_tensor(f["labels"], dtype=torch.long)
+        batch["labels"] = labels
+    return batch
+
+
+def plan_batches(
+    lengths: Sequence[int],
+    batch_size: int,
+    generator: torch.Generator,
+    group_by_length: bool = True,
+) -> list[list[int]]:
+    """The batches of one epoch, as lists of row indices; every row appears exactly once.
+
+    With ``group_by_length``, rows of similar length share a batch (so little padding is needed):
+    ``transformers``' ``get_length_grouped_indices`` shuffles the rows, sorts them by length
+    within mega-batches of ``50 * batch_size`` rows, and the batches are then shuffled so that
+    long and short batches alternate at random. Without it, a plain random shuffle.
+
+    Args:
+        lengths: tokens per row.
+        generator: seeds the shuffle (same state, same batches).
+    """
+    n = len(lengths)
+    if group_by_length:
+        order = get_length_grouped_indices(list(lengths), batch_size, generator=generator)
+    else:
+        order = torch.randperm(n, generator=generator).tolist()
+    batches = [order[i : i + batch_size] for i in range(0, n, batch_size)]
+    if group_by_length:
+        shuffled = torch.randperm(len(batches), generator=generator).tolist()
+        batches = [batches[i] for i in shuffled]
+    return batches
+
+
+def padding_share(batches: Sequence[Sequence[int]], lengths: Sequence[int], pad_to_length: int | None = None) -> float:
+    """Fraction in [0, 1] of batch positions that are padding, for a batch plan over rows of ``lengths``."""
+    real = padded = 0
+    for batch in batches:
+        row_lengths = [lengths[i] for i in batch]
+        width = pad_to_length or max(row_lengths)
+        real += sum(row_lengths)
+        padded += width * len(row_lengths)
+    return 0.0 if padded == 0 else 1.0 - real / padded
