@@ -97,9 +97,11 @@ def mask_tokens(
 class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
-    Use as a ``DataLoader`` ``collate_fn``. The generator's state is the whole of its randomness,
-    so ``collator.generator.get_state()`` / ``set_state()`` checkpoint and restore it.
-    ``label_all_tokens=True`` labels every real token (an ablation: the original tutorial's labels).
+    Use as a ``DataLoader`` ``collate_fn``. Batch ``b`` of epoch ``e`` draws its masks from a
+    generator seeded with ``(seed, e, b)``: every batch gets different masks, and a run resumed
+    from a checkpoint redraws exactly the masks it would have drawn (call :meth:`start_epoch`
+    with the epoch and the number of batches already done). ``label_all_tokens=True`` labels
+    every real token (an ablation: the original tutorial's labels).
 
     Returns (per call) a dict of LongTensor[batch, seq_len]: ``input_ids`` (masked),
     ``attention_mask``, ``labels`` (-100 off the chosen positions).
@@ -116,18 +118,26 @@ class MaskingCollator:
     ) -> None:
         self.tokenizer = tokenizer
         self.mlm_probability = mlm_probability
+        self.seed = seed
         self.strategy = strategy
         self.pad_to_multiple_of = pad_to_multiple_of
         self.label_all_tokens = label_all_tokens
-        self.generator = torch.Generator().manual_seed(seed)
+        self.epoch, self.batch_index = 0, 0
+
+    def start_epoch(self, epoch: int, batches_done: int = 0) -> None:
+        """Set where the next batch falls: epoch ``epoch``, after ``batches_done`` batches."""
+        self.epoch, self.batch_index = epoch, batches_done
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        batch_seed = ((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch_index) % 2**63
+        generator = torch.Generator().manual_seed(batch_seed)
+        self.batch_index += 1
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
         selectable = selectable_positions(
             batch["input_ids"], self.tokenizer, batch.get("special_tokens_mask"), batch["attention_mask"]
         )
         input_ids, labels = mask_tokens(
-            batch["input_ids"], selectable, self.tokenizer, self.mlm_probability, self.generator, self.strategy
+            batch["input_ids"], selectable, self.tokenizer, self.mlm_probability, generator, self.strategy
         )
         if self.label_all_tokens:
             labels = label_everything(batch["input_ids"], batch["attention_mask"])

@@ -115,7 +115,7 @@ def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED
 
 
 @contextlib.contextmanager
-def _quiet_transformers():
+def quiet_transformers():
     """Silence transformers' load report (we summarise it in one line instead)."""
     level = transformers.logging.get_verbosity()
     bars = transformers.logging.is_progress_bar_enabled()
@@ -140,7 +140,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         return build_smoke_tokenizer()
     cached_only = _check_source(name)
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             return AutoTokenizer.from_pretrained(name, local_files_only=cached_only)
     except OSError as error:
         if is_local(name):
@@ -166,7 +166,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None) -> L
     tok = tokenizer or load_tokenizer(name)
     cached_only = _check_source(name)
     try:
-        with _quiet_transformers():
+        with quiet_transformers():
             model, info = AutoModelForMaskedLM.from_pretrained(
                 name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only
             )

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 
 from .config import Settings
 from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, seed_recipe_batches
+from .models import quiet_transformers
 from .tokens import pad_batch, plan_batches
 
 CHECKPOINTS = "checkpoints"
@@ -151,7 +152,7 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def save_checkpoint(directory: Path, model: nn.Module, optimizer, scheduler, collator, state: dict[str, Any]) -> Path:
+def save_checkpoint(directory: Path, model: nn.Module, optimizer, scheduler, state: dict[str, Any]) -> Path:
     """Save everything needed to resume at ``state["global_step"]``; returns the checkpoint folder.
 
     Layout: ``checkpoints/step-NNNNNNN/`` with ``model.safetensors``, ``optimizer.pt``,
@@ -169,9 +170,7 @@ def save_checkpoint(directory: Path, model: nn.Module, optimizer, scheduler, col
     save_model(model, str(tmp / "model.safetensors"))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    rng = {"torch": torch.get_rng_state()}
-    if collator is not None:
-        rng["collator"] = collator.generator.get_state()
+    rng = {"torch": torch.get_rng_state()}  # dropout; the masks are seeded per batch
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     torch.save(rng, tmp / "rng.pt")
@@ -194,7 +193,7 @@ def latest_checkpoint(directory: Path) -> Path | None:
     return path if (path / "state.json").exists() else None
 
 
-def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, collator) -> dict[str, Any]:
+def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict[str, Any]:
     """Restore a checkpoint written by :func:`save_checkpoint` (``torch.load(weights_only=True)``)."""
     from safetensors.torch import load_model
 
@@ -203,8 +202,6 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler, collator
     scheduler.load_state_dict(torch.load(Path(path) / "scheduler.pt", weights_only=True))
     rng = torch.load(Path(path) / "rng.pt", weights_only=True)
     torch.set_rng_state(rng["torch"])
-    if collator is not None and "collator" in rng:
-        collator.generator.set_state(rng["collator"])
     if "cuda" in rng and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
     return json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
@@ -300,7 +297,7 @@ def train(
     start_epoch, skip_batches, global_step = 0, 0, 0
     out = Path(output_dir) if output_dir is not None else None
     if resume and out is not None and (ckpt := latest_checkpoint(out)) is not None:
-        state = load_checkpoint(ckpt, accelerator.unwrap_model(objective).model, optimizer, scheduler, collator)
+        state = load_checkpoint(ckpt, accelerator.unwrap_model(objective).model, optimizer, scheduler)
         start_epoch, skip_batches, global_step = state["epoch"], state["batches_done"], state["global_step"]
         history = state["history"]
 
@@ -308,13 +305,16 @@ def train(
         if out is None or not accelerator.is_main_process:
             return
         state = {"epoch": epoch, "batches_done": batches_done, "global_step": global_step, "history": history}
-        save_checkpoint(out, accelerator.unwrap_model(objective).model, optimizer, scheduler, collator, state)
+        save_checkpoint(out, accelerator.unwrap_model(objective).model, optimizer, scheduler, state)
 
     for epoch in range(start_epoch, settings.epochs):
         started = time.perf_counter()
         shuffle = torch.Generator().manual_seed(settings.seed * 1000 + epoch)
         plan = plan_batches(lengths, settings.batch_size, shuffle, settings.group_by_length and not seed_recipe)
-        loader = DataLoader(data, batch_sampler=plan[skip_batches:], collate_fn=collate_fn)
+        if collator is not None:
+            collator.start_epoch(epoch, skip_batches)
+        # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
+        loader = DataLoader(data, batch_sampler=plan[skip_batches:], collate_fn=collate_fn, generator=torch.Generator())
         loader = accelerator.prepare(loader)
         objective.train()
         losses: list[float] = []
@@ -380,8 +380,9 @@ def save_model(model: nn.Module, tokenizer, directory: str | Path) -> Path:
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
+    with quiet_transformers():
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
     old = directory.with_name(f".{directory.name}.old")
     if directory.exists():
         shutil.rmtree(old, ignore_errors=True)

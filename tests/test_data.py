@@ -1,0 +1,127 @@
+import json
+import time
+
+import pandas as pd
+import pytest
+from conftest import SENTENCES
+from datasets import Dataset, DatasetDict
+
+from hp_mlm.data import load_corpus, rows_from_texts, slice_indices, train_validation_split
+from hp_mlm.hub import HubUnavailableError
+
+
+def write_all_formats(folder, texts):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "rows.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    pd.DataFrame({"text": texts, "n": range(len(texts))}).to_csv(folder / "rows.csv", index=False)
+    (folder / "rows.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    pd.DataFrame({"text": texts}).to_parquet(folder / "rows.parquet")
+    return folder
+
+
+@pytest.mark.parametrize("name", ["rows.txt", "rows.csv", "rows.jsonl", "rows.parquet"])
+def test_local_files_load_in_order_with_one_text_column(tmp_path, name):
+    write_all_formats(tmp_path, SENTENCES)
+    rows, report = load_corpus(str(tmp_path / name), "train", "text")
+    assert rows["text"] == SENTENCES
+    assert rows.column_names == ["text"]
+    assert (report.n_loaded, report.n_dropped, report.n_rows) == (8, 0, 8)
+
+
+def test_folder_of_files_and_save_to_disk_folder(tmp_path):
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i in range(2):
+        pd.DataFrame({"text": SENTENCES[4 * i: 4 * i + 4]}).to_parquet(folder / f"part{i}.parquet")
+    rows, _ = load_corpus(str(folder), "train")
+    assert sorted(rows["text"]) == sorted(SENTENCES)
+    DatasetDict({"train": Dataset.from_dict({"text": SENTENCES})}).save_to_disk(str(tmp_path / "saved"))
+    rows, _ = load_corpus(str(tmp_path / "saved"), "train[:2]")
+    assert rows["text"] == SENTENCES[:2]
+
+
+def test_empty_whitespace_and_none_rows_are_dropped_and_counted(tmp_path):
+    texts = ["Harry smiled.", "", "   \n\t", None, "Ron laughed."]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    rows, report = load_corpus(str(path), "train")
+    assert rows["text"] == ["Harry smiled.", "Ron laughed."]
+    assert report.n_dropped == 3 and report.n_rows == 2
+    kept, dropped = rows_from_texts(texts)
+    assert kept["text"] == ["Harry smiled.", "Ron laughed."] and dropped == 3
+
+
+def test_a_corpus_with_no_usable_rows_is_refused(tmp_path):
+    path = tmp_path / "blank.jsonl"
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in ["", "  ", None]), encoding="utf-8")
+    with pytest.raises(ValueError, match="no usable rows"):
+        load_corpus(str(path), "train")
+
+
+def test_missing_text_column_names_asked_and_present_columns(tmp_path):
+    pd.DataFrame({"body": ["a b c"], "page": [1]}).to_parquet(tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"'content'.*\['body', 'page'\]"):
+        load_corpus(str(tmp_path / "x.parquet"), "train", "content")
+
+
+def test_missing_path_and_unsupported_type_name_the_path_and_accepted_types(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nothing-here.parquet"):
+        load_corpus(str(tmp_path / "nothing-here.parquet"))
+    bad = tmp_path / "book.pdf"
+    bad.write_bytes(b"%PDF")
+    with pytest.raises(ValueError, match=r"book\.pdf.*\.txt.*\.csv.*\.jsonl.*\.parquet"):
+        load_corpus(str(bad))
+
+
+@pytest.mark.parametrize(
+    "split, expected",
+    [("train[:10%]", range(0, 3)), ("train[-10%:]", range(27, 30)), ("train[:200]", range(0, 30)),
+     ("train[5:8]", range(5, 8)), ("train[-4:]", range(26, 30)), ("train", range(0, 30))],
+)
+def test_slices_give_exact_rows(tmp_path, split, expected):
+    texts = [f"row number {i} of the tale" for i in range(30)]
+    (tmp_path / "t.txt").write_text("\n".join(texts), encoding="utf-8")
+    rows, _ = load_corpus(str(tmp_path / "t.txt"), split)
+    assert rows["text"] == [texts[i] for i in expected]
+
+
+@pytest.mark.parametrize("split", ["train[:0.5%]", "train[-1%:]", "train[30:]"])
+def test_slice_that_selects_nothing_is_refused_never_the_whole_split(split):
+    with pytest.raises(ValueError, match="selects no rows"):
+        slice_indices(split, 30)
+
+
+def test_malformed_split_is_refused():
+    with pytest.raises(ValueError, match="not of the form"):
+        slice_indices("train[:10%", 30)
+
+
+def test_validation_rows_are_held_out_seeded_and_disjoint():
+    rows = Dataset.from_dict({"text": [f"sentence {i}" for i in range(50)]})
+    train, val = train_validation_split(rows, 0.2, seed=7)
+    train2, val2 = train_validation_split(rows, 0.2, seed=7)
+    _, val3 = train_validation_split(rows, 0.2, seed=8)
+    assert len(val) == 10 and len(train) == 40
+    assert not set(train["text"]) & set(val["text"])
+    assert val["text"] == val2["text"] and train["text"] == train2["text"]
+    assert val["text"] != val3["text"]
+    assert len(train_validation_split(rows, 0.2, seed=7, max_validation_rows=4)[1]) == 4
+
+
+def test_unreachable_hub_gives_one_clear_error_within_seconds(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    with pytest.raises(HubUnavailableError) as info:
+        load_corpus("andjela-r/mlm-harry-potter", "train[:10%]")
+    assert time.perf_counter() - started < 10
+    message = str(info.value)
+    assert "andjela-r/mlm-harry-potter" in message and "local path" in message and "HF_HUB_OFFLINE" in message
+
+
+def test_hub_endpoint_that_refuses_fails_fast(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    started = time.perf_counter()
+    with pytest.raises(HubUnavailableError, match="Cannot reach"):
+        load_corpus("andjela-r/mlm-harry-potter")
+    assert time.perf_counter() - started < 10

@@ -1,0 +1,170 @@
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SENTENCES, tokenised
+from safetensors.torch import load_file
+from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+from hp_mlm.config import get_settings
+from hp_mlm.masking import MaskingCollator
+from hp_mlm.training import (
+    TrainingDiverged,
+    build_optimizer,
+    latest_checkpoint,
+    masked_lm_loss,
+    save_model,
+    train,
+)
+
+
+def smoke_settings(**changes):
+    base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3)
+    base.update(changes)
+    return get_settings("smoke", environ={}, **base)
+
+
+def test_masked_position_head_gives_the_same_loss_as_the_full_head(smoke_tokenizer, smoke_model):
+    batch = MaskingCollator(smoke_tokenizer, 0.3, seed=0)(tokenised(smoke_tokenizer, SENTENCES))
+    with torch.no_grad():
+        fast = masked_lm_loss(smoke_model, batch["input_ids"], batch["attention_mask"], batch["labels"], True)
+        full = masked_lm_loss(smoke_model, batch["input_ids"], batch["attention_mask"], batch["labels"], False)
+        library = smoke_model(**batch).loss
+    assert abs(fast.item() - full.item()) < 1e-5 and abs(fast.item() - library.item()) < 1e-5
+
+
+def test_a_batch_without_masked_positions_gives_zero_loss_not_nan(smoke_tokenizer, smoke_model):
+    batch = MaskingCollator(smoke_tokenizer, 0.3, seed=0)(tokenised(smoke_tokenizer, SENTENCES[:2]))
+    loss = masked_lm_loss(smoke_model, batch["input_ids"], batch["attention_mask"], torch.full_like(batch["labels"], -100))
+    assert loss.item() == 0.0 and loss.requires_grad
+
+
+def test_optimizer_is_torch_adamw_without_decay_on_bias_and_layernorm(smoke_model):
+    optimizer = build_optimizer(smoke_model, 1e-4, weight_decay=0.01)
+    assert type(optimizer) is torch.optim.AdamW
+    decay, no_decay = optimizer.param_groups
+    names = {id(p): n for n, p in smoke_model.named_parameters()}
+    assert decay["weight_decay"] == 0.01 and no_decay["weight_decay"] == 0.0
+    assert all(names[id(p)].endswith("bias") or "LayerNorm" in names[id(p)] for p in no_decay["params"])
+    assert not any(names[id(p)].endswith("bias") for p in decay["params"])
+
+
+def test_one_training_step_on_two_rows_gives_a_finite_loss(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, ["Harry looked at the owl.", "Ron ate a sandwich."])
+    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, mlm_probability=0.5), 5e-5)
+    assert len(history["steps"]) == 1 and math.isfinite(history["steps"][0]["loss"])
+    assert not smoke_model.training
+
+
+def test_training_lowers_the_loss_and_checkpoints_atomically(tmp_path, smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES * 4)
+    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=6, checkpoint_every=5), 3e-3,
+                    output_dir=tmp_path)
+    first, last = history["epochs"][0]["train_loss"], history["epochs"][-1]["train_loss"]
+    assert last < first
+    ckpt = latest_checkpoint(tmp_path)
+    assert ckpt is not None and ckpt.name == f"step-{history['optimizer_steps']:07d}"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["model.safetensors", "optimizer.pt", "rng.pt", "scheduler.pt", "state.json"]
+    assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
+    for name in ("optimizer.pt", "scheduler.pt", "rng.pt"):
+        torch.load(ckpt / name, weights_only=True)
+
+
+def test_nan_loss_stops_training_naming_the_step_and_keeps_the_checkpoint(tmp_path, smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES * 4)
+    train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    good = latest_checkpoint(tmp_path)
+    before = load_file(good / "model.safetensors")
+    with torch.no_grad():
+        smoke_model.bert.embeddings.word_embeddings.weight[5:] = float("nan")
+    with pytest.raises(TrainingDiverged, match=r"step 1 .*lower learning rate"):
+        train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    assert latest_checkpoint(tmp_path) == good
+    after = load_file(good / "model.safetensors")
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_save_then_reload_gives_identical_logits_and_tied_decoder(tmp_path, smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES[:2])
+    train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2), 1e-3)
+    save_model(smoke_model, smoke_tokenizer, tmp_path / "model")
+    assert (tmp_path / "model" / "model.safetensors").exists()
+    model, info = AutoModelForMaskedLM.from_pretrained(tmp_path / "model", output_loading_info=True)
+    tok = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert not [k for k in info["missing_keys"] if k.startswith("cls.predictions")]
+    assert torch.equal(model.cls.predictions.decoder.weight, model.bert.embeddings.word_embeddings.weight)
+    enc = tok(["Mira [MASK] was a student."], return_tensors="pt")
+    with torch.no_grad():
+        a = smoke_model(**enc).logits
+        b = model.eval()(**enc).logits
+    assert torch.allclose(a, b, atol=1e-5)
+    assert torch.equal(a.topk(5).indices, b.topk(5).indices)
+
+
+RESUME_SCRIPT = """
+import sys, torch
+from hp_mlm.config import get_settings
+from hp_mlm.data import load_corpus
+from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+from hp_mlm.tokens import tokenize_rows
+from hp_mlm.training import train, save_model
+out, resume, slow = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
+settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, checkpoint_every=3, progress=False,
+                        split="train[:96]")
+tok = build_smoke_tokenizer()
+model = build_smoke_model(tok)
+rows, _ = load_corpus(settings.dataset, settings.split)
+tokens = list(tokenize_rows(rows, tok, settings.max_length))
+if slow:
+    import hp_mlm.training as t
+    real = t.save_checkpoint
+    def save_and_report(*a, **k):
+        path = real(*a, **k)
+        print("CHECKPOINT", path.name, flush=True)
+        import time; time.sleep(0.5)
+        return path
+    t.save_checkpoint = save_and_report
+history = train(model, tok, tokens, settings, 2e-3, output_dir=out, resume=resume)
+save_model(model, tok, out + "/model")
+import json; open(out + "/history.json", "w").write(json.dumps(history))
+print("DONE", flush=True)
+"""
+
+
+def run_script(*args, wait=True):
+    cmd = [sys.executable, "-c", RESUME_SCRIPT, *args]
+    if wait:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=True)
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def test_killed_mid_epoch_then_resumed_ends_with_the_same_weights(tmp_path):
+    reference = tmp_path / "reference"
+    run_script(str(reference), "0", "0")
+    killed = tmp_path / "killed"
+    proc = run_script(str(killed), "0", "1", wait=False)
+    seen = []
+    for line in proc.stdout:
+        if line.startswith("CHECKPOINT"):
+            seen.append(line.split()[1])
+            if len(seen) == 2:  # the second mid-epoch checkpoint of epoch 1 (steps 3, 6, ...)
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+    proc.wait(timeout=60)
+    assert proc.returncode == -signal.SIGKILL
+    state = json.loads((latest_checkpoint(killed) / "state.json").read_text())
+    assert state["epoch"] == 0 and state["batches_done"] == 6  # mid-epoch
+    assert not (killed / "model").exists()
+    resumed = run_script(str(killed), "1", "0")
+    assert "DONE" in resumed.stdout
+    a = load_file(reference / "model" / "model.safetensors")
+    b = load_file(killed / "model" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
