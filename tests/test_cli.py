@@ -1,0 +1,108 @@
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hp_mlm.cli import main
+from hp_mlm.config import get_settings
+from hp_mlm.job import run_job
+
+
+def cli(*args, env=None, timeout=300):
+    full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory):
+    """The smoke profile's main job, once for this module."""
+    out = tmp_path_factory.mktemp("run")
+    settings = get_settings("smoke", environ={}, output_dir=str(out), progress=False)
+    metrics = run_job(settings, probes=None, log=lambda _: None)
+    return out, metrics
+
+
+def test_smoke_main_job_lowers_validation_loss_and_raises_top1(smoke_run):
+    out, metrics = smoke_run
+    before, after = metrics["before"], metrics["after"]
+    assert after["cross_entropy"] < before["cross_entropy"] - 1.0
+    assert after["top1"] > before["top1"] + 0.10
+    assert after["n_positions"] == before["n_positions"] > 100
+    history = json.loads((out / "history.json").read_text())
+    assert history["steps"] and len(history["epochs"]) == get_settings("smoke", environ={}).epochs
+    written = json.loads((out / "metrics.json").read_text())
+    assert set(written["before"]) >= {"top1", "top5", "perplexity", "n_positions"}
+    assert (out / "loss_curve.png").stat().st_size > 1000 and (out / "before_after.png").stat().st_size > 1000
+    assert not (out / "checkpoints").exists()
+    assert written["data"]["n_dropped"] == 4
+
+
+def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run):
+    from transformers import pipeline
+
+    out, _ = smoke_run
+    pipe = pipeline("fill-mask", model=str(out / "model"), device="cpu")
+    assert len(pipe("Mira [MASK] was a student.", top_k=2)) == 2
+    result = cli("predict", "Mira [MASK] was a student.", "[MASK] ashdown met nell [MASK].",
+                 "--model", str(out / "model"), "--top-k", "3", "--json")
+    assert result.returncode == 0, result.stderr
+    parsed = json.loads(result.stdout)
+    assert [len(s) for s in parsed] == [1, 2] and all(len(m) == 3 for s in parsed for m in s)
+    assert set(parsed[0][0][0]) == {"token", "score"}
+
+
+def test_evaluate_cli_prints_the_metrics(smoke_run):
+    out, metrics = smoke_run
+    result = cli("evaluate", "--profile", "smoke", "--model", str(out / "model"))
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert printed["n_positions"] == metrics["after"]["n_positions"]
+    assert abs(printed["top1"] - metrics["after"]["top1"]) < 1e-9
+
+
+def test_existing_model_is_not_overwritten_without_a_flag(smoke_run, capsys):
+    out, _ = smoke_run
+    assert main(["train", "--profile", "smoke", "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "--resume" in err
+
+
+def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_way(tmp_path):
+    started = time.perf_counter()
+    result = cli("train", "--output-dir", str(tmp_path / "x"), env={"HF_ENDPOINT": "http://127.0.0.1:9"}, timeout=60)
+    assert time.perf_counter() - started < 30
+    assert result.returncode == 2
+    assert "bert-base-uncased" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr
+    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mlm-probability", "1.5"], "mlm_probability"),
+    (["--batch-size", "0"], "batch_size"),
+    (["--validation-fraction", "1"], "validation_fraction"),
+    (["--dataset", "no/such/file.parquet"], "does not exist"),
+    (["--max-length", "4096"], "limit of 128"),
+])
+def test_bad_settings_give_one_line_errors(tmp_path, capsys, args, message):
+    code = main(["train", "--profile", "smoke", "--output-dir", str(tmp_path / "o"), *args])
+    err = capsys.readouterr().err
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_help_lists_every_required_flag():
+    result = cli("train", "--help")
+    for flag in ("--model", "--dataset", "--split", "--text-column", "--output-dir", "--epochs", "--batch-size",
+                 "--lr", "--max-length", "--mlm-probability", "--validation-fraction", "--seed", "--recipe",
+                 "--profile", "--probes", "--overwrite", "--resume"):
+        assert flag in result.stdout
+
+
+def test_seed_recipe_runs_end_to_end(tmp_path):
+    settings = get_settings("smoke", environ={}, output_dir=str(tmp_path), progress=False, recipe="seed", epochs=2)
+    metrics = run_job(settings, log=lambda _: None)
+    assert metrics["learning_rate"] == 3e-3  # the smoke profile sets one; unset, seed uses 1e-5
+    assert metrics["after"]["n_positions"] == metrics["before"]["n_positions"]

@@ -1,0 +1,83 @@
+import torch
+from conftest import SENTENCES, tokenised
+
+from hp_mlm.evaluation import evaluate, masked_accuracy, original_tutorial_accuracy
+from hp_mlm.masking import IGNORE_INDEX, freeze_masks
+from hp_mlm.training import masked_lm_loss
+
+
+def frozen(tokenizer, texts=SENTENCES, p=0.3, seed=0):
+    return freeze_masks(tokenised(tokenizer, texts), tokenizer, p, seed)
+
+
+def test_accuracy_counts_only_labelled_positions():
+    labels = torch.tensor([[-100, -100, 7, -100, -100]])
+    logits = torch.zeros(1, 5, 10)
+    for pos, token in enumerate([1, 2, 3, 4, 5]):  # right at every position but the labelled one
+        logits[0, pos, token] = 1.0
+    assert masked_accuracy(logits, labels) == 0.0
+    logits[0, 2, 7] = 5.0
+    assert masked_accuracy(logits, labels) == 1.0
+
+
+def test_evaluation_scores_the_frozen_positions_only(smoke_tokenizer, smoke_model):
+    rows = frozen(smoke_tokenizer)
+    result = evaluate(smoke_model, rows, smoke_tokenizer, batch_size=4)
+    expected = sum(sum(1 for label in r["labels"] if label != IGNORE_INDEX) for r in rows)
+    assert result["n_positions"] == expected > 0 and result["n_rows"] == len(SENTENCES)
+    for r in rows:
+        ids = r["input_ids"]
+        assert r["labels"][0] == IGNORE_INDEX and r["labels"][-1] == IGNORE_INDEX  # [CLS], [SEP]
+        assert ids[0] == smoke_tokenizer.cls_token_id and ids[-1] == smoke_tokenizer.sep_token_id
+    assert 0 <= result["top1"] <= result["top5"] <= 1
+    assert abs(result["perplexity"] - torch.tensor(result["cross_entropy"]).exp().item()) < 1e-3 * result["perplexity"]
+
+
+def test_evaluation_agrees_with_the_training_loss_on_the_same_masks(smoke_tokenizer, smoke_model):
+    from hp_mlm.tokens import pad_batch
+
+    rows = frozen(smoke_tokenizer)
+    batch = pad_batch(rows, smoke_tokenizer)
+    with torch.no_grad():
+        loss = masked_lm_loss(smoke_model.eval(), batch["input_ids"], batch["attention_mask"], batch["labels"]).item()
+    assert abs(evaluate(smoke_model, rows, smoke_tokenizer)["cross_entropy"] - loss) < 1e-4
+
+
+def test_results_do_not_depend_on_the_evaluation_batch_size(smoke_tokenizer, smoke_model):
+    rows = frozen(smoke_tokenizer, SENTENCES * 3)
+    results = [evaluate(smoke_model, rows, smoke_tokenizer, batch_size=b) for b in (1, 5, 64)]
+    for r in results[1:]:
+        assert r["n_positions"] == results[0]["n_positions"]
+        assert r["top1"] == results[0]["top1"] and r["top5"] == results[0]["top5"]
+        assert abs(r["cross_entropy"] - results[0]["cross_entropy"]) < 1e-5
+
+
+def test_before_and_after_score_identical_positions(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    before = freeze_masks(rows, smoke_tokenizer, 0.15, seed=42)
+    with torch.no_grad():
+        for p in smoke_model.parameters():
+            p.add_(0.01)
+    after = freeze_masks(rows, smoke_tokenizer, 0.15, seed=42)
+    assert [r["labels"] for r in before] == [r["labels"] for r in after]
+
+
+def test_evaluation_is_in_eval_mode_without_grad_and_restores_training_mode(smoke_tokenizer, smoke_model):
+    seen = []
+    smoke_model.bert.register_forward_hook(lambda m, i, o: seen.append((m.training, torch.is_grad_enabled())))
+    smoke_model.train()
+    evaluate(smoke_model, frozen(smoke_tokenizer), smoke_tokenizer)
+    assert seen and all(mode == (False, False) for mode in seen)
+    assert smoke_model.training
+
+
+def test_original_tutorial_accuracy_may_score_special_tokens_and_redraws_masks(smoke_tokenizer, smoke_model):
+    texts = SENTENCES * 10
+    a = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(0))
+    b = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(1))
+    again = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(0))
+    assert a == {**again, "seconds": a["seconds"]}
+    assert a["n_positions"] != b["n_positions"]  # before/after runs would mask different positions
+    real = sum(len(r["input_ids"]) - 2 for r in tokenised(smoke_tokenizer, texts))
+    assert a["n_positions"] > 0.5 * real  # [CLS]/[SEP] are candidates too, so more than half the real tokens
+    assert 0.0 <= a["accuracy"] <= 1.0

@@ -1,0 +1,92 @@
+import pytest
+import torch
+from transformers import pipeline
+
+from hp_mlm.inference import fill_mask, load_probes, normalise_answer, score_probes
+
+
+def test_matches_the_fill_mask_pipeline_including_two_masks(smoke_tokenizer, smoke_model):
+    pipe = pipeline("fill-mask", model=smoke_model, tokenizer=smoke_tokenizer, device="cpu")
+    sentences = ["Mira [MASK] crossed the Silver Lake.", "[MASK] ashdown and nell [MASK] went to the tower."]
+    ours = fill_mask(smoke_model, smoke_tokenizer, sentences, top_k=3)
+    for sentence, result in zip(sentences, ours):
+        theirs = pipe(sentence, top_k=3)
+        theirs = [theirs] if isinstance(theirs[0], dict) else theirs
+        assert len(result) == len(theirs) == sentence.count("[MASK]")
+        for mine, ref in zip(result, theirs):
+            assert [c["token_id"] for c in mine] == [r["token"] for r in ref]
+            assert [c["token"] for c in mine] == [r["token_str"] for r in ref]
+            assert all(abs(c["score"] - r["score"]) < 1e-5 for c, r in zip(mine, ref))
+
+
+def test_each_mask_gets_its_own_sorted_list(smoke_tokenizer, smoke_model):
+    (first, second), = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] potter and ron [MASK] went back."], top_k=3)
+    for group in (first, second):
+        scores = [c["score"] for c in group]
+        assert len(group) == 3 and scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
+        assert all(c["token"] not in ("[CLS]", "[SEP]", "[PAD]") or c["token_id"] in (smoke_tokenizer.all_special_ids) for c in group)
+    (one,), = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=3)
+    assert len(one) == 3
+
+
+@pytest.mark.parametrize("bad, match", [
+    ("Mira walked home.", r"no mask token.*\[MASK\]"),
+    ("   ", "empty"),
+    ("Mira {mask} home.", r"\[MASK\]"),
+])
+def test_unanswerable_input_shows_the_mask_token(smoke_tokenizer, smoke_model, bad, match):
+    with pytest.raises(ValueError, match=match):
+        fill_mask(smoke_model, smoke_tokenizer, [bad])
+
+
+def test_nothing_at_all_is_refused(smoke_tokenizer, smoke_model):
+    with pytest.raises(ValueError, match=r"no sentences.*\[MASK\]"):
+        fill_mask(smoke_model, smoke_tokenizer, [])
+
+
+def test_other_mask_spelling_is_read_as_the_tokenizers(smoke_tokenizer, smoke_model):
+    a = fill_mask(smoke_model, smoke_tokenizer, ["Mira <mask> smiled."])
+    b = fill_mask(smoke_model, smoke_tokenizer, ["Mira [MASK] smiled."])
+    assert a == b
+
+
+def test_long_sentences_mask_inside_the_window_works_outside_is_refused(smoke_tokenizer, smoke_model):
+    result = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] " + "the " * 600], top_k=2)
+    assert len(result[0]) == 1
+    with pytest.raises(ValueError, match="max_length=128"):
+        fill_mask(smoke_model, smoke_tokenizer, ["the " * 600 + "[MASK]."])
+
+
+def test_predictions_are_deterministic_after_training_mode_and_mode_is_restored(smoke_tokenizer, smoke_model):
+    smoke_model.train()
+    a = fill_mask(smoke_model, smoke_tokenizer, ["Harry [MASK] was a wizard."])
+    b = fill_mask(smoke_model, smoke_tokenizer, ["Harry [MASK] was a wizard."])
+    assert a == b and smoke_model.training
+
+
+def test_non_ascii_text_goes_through_and_answers_are_normalised(smoke_tokenizer, smoke_model):
+    result = fill_mask(smoke_model, smoke_tokenizer, ["Éloise said “hello” — then [MASK] 🙂 left."])
+    assert len(result[0]) == 1
+    assert normalise_answer("Éloise", smoke_tokenizer) == "eloise"
+
+
+def test_word_pieces_are_flagged(smoke_tokenizer, smoke_model):
+    with torch.no_grad():
+        smoke_model.cls.predictions.bias.zero_()
+        piece = next(i for t, i in smoke_tokenizer.get_vocab().items() if t.startswith("##"))
+        smoke_model.cls.predictions.bias[piece] = 100.0
+    top = fill_mask(smoke_model, smoke_tokenizer, ["Mira [MASK]."], top_k=1)[0][0][0]
+    assert top["token_id"] == piece and top["is_subword"]
+
+
+def test_probes_are_scored_against_normalised_answers(tmp_path, smoke_tokenizer, smoke_model):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"text": "Mira [MASK] smiled.", "answer": "Ashdown"}\n\n', encoding="utf-8")
+    probes = load_probes(path)
+    with torch.no_grad():
+        smoke_model.cls.predictions.bias[smoke_tokenizer.convert_tokens_to_ids("ashdown")] = 100.0
+    result = score_probes(smoke_model, smoke_tokenizer, probes)
+    assert result["hits_top1"] == 1 and result["rows"][0]["answer"] == "ashdown"
+    (tmp_path / "bad.jsonl").write_text('{"text": "x"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.jsonl:1"):
+        load_probes(tmp_path / "bad.jsonl")
