@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import fields
-from typing import Sequence
 
 from .config import MASKING_STRATEGIES, PROFILES, RECIPES, Settings, get_settings
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, Mapping
+from typing import Any
 
 #: Names that stand for the project's own tiny model and corpus (never a Hub id: they hold a colon).
 SMOKE_MODEL = "hp_mlm:smoke-bert"
@@ -100,7 +101,7 @@ class Settings:
     def __post_init__(self) -> None:
         validate(self)
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         """Return a copy with ``changes`` applied (and validated)."""
         return dataclasses.replace(self, **changes)
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -8,10 +8,10 @@ masks, long sentences and bad input with clear errors.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 

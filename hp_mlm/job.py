@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from datasets import Dataset
@@ -65,7 +66,7 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
         everything the loaders raise (see ``data.load_corpus``, ``models.load_model``), and
         ValueError when ``max_length`` exceeds the model's limit or nothing is held out.
     """
-    loaded = load_model(model or settings.model)
+    loaded = load_model(model or settings.model, seed=settings.seed)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
     train_rows, validation_rows = train_validation_split(

@@ -7,7 +7,8 @@ The course's scheme replaces every chosen token with the mask token; ``strategy=
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase

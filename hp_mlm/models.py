@@ -16,9 +16,9 @@ from transformers import (
     AutoTokenizer,
     BertConfig,
     BertForMaskedLM,
+    BertTokenizerFast,
     PreTrainedModel,
     PreTrainedTokenizerBase,
-    BertTokenizerFast,
 )
 
 from .config import SMOKE_MODEL
@@ -148,12 +148,13 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
         raise hub_error(name, "tokenizer", error) from error
 
 
-def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None) -> LoadedModel:
+def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0) -> LoadedModel:
     """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
 
     Weights come from safetensors files only (``use_safetensors=True``); remote code is never run.
     A checkpoint without MLM-head weights (e.g. a sentence-embedding BERT) loads with a new,
-    randomly initialised head; ``LoadedModel.head_newly_initialised`` says so.
+    randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
+    weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
 
     Raises:
         FileNotFoundError: a local path that does not exist.
@@ -166,7 +167,8 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None) -> L
     tok = tokenizer or load_tokenizer(name)
     cached_only = _check_source(name)
     try:
-        with quiet_transformers():
+        with quiet_transformers(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
             model, info = AutoModelForMaskedLM.from_pretrained(
                 name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only
             )

@@ -5,7 +5,8 @@ Taught in ``notebooks/01_tokenising.ipynb``.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from datasets import Dataset

