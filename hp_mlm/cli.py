@@ -19,6 +19,7 @@ EPILOG = """examples:
   python -m hp_mlm train --profile quick --model ./my-bert --dataset ./books.parquet --probes probes.jsonl
   python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/run/model --top-k 5
   python -m hp_mlm evaluate --model outputs/run/model --dataset ./books.parquet
+  python -m hp_mlm compare --profile quick --model ./my-bert --dataset ./books.parquet   # masking strategies etc.
 
 Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. HP_MLM_MODEL,
 HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PROFILE)."""
@@ -71,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check before/after")
     t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
+    t.add_argument("--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)")
+
+    c = sub.add_parser("compare", help="fine-tune once per option (masking strategies, schedules, ablations) and tabulate",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    _add_setting_flags(c)
+    c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
 
     p = sub.add_parser("predict", help="fill in [MASK] tokens with a model")
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
@@ -95,7 +102,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .job import default_probes, run_job
 
     settings = _settings(args)
-    run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite, resume=args.resume)
+    run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite, resume=args.resume,
+            push_to_hub=args.push_to_hub)
     print(f"\nsaved to {settings.output_dir}/ (model/, metrics.json, history.json, loss_curve.png, before_after.png)")
     return 0
 
@@ -137,13 +145,52 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .job import DEFAULT_OPTIONS, compare_options
+    from .plots import plot_options, save_figure
+    from .training import atomic_write_text
+
+    settings = _settings(args)
+    options = DEFAULT_OPTIONS
+    if args.only:
+        unknown = set(args.only) - set(DEFAULT_OPTIONS)
+        if unknown:
+            raise ValueError(f"unknown option(s) {sorted(unknown)}; choose from {list(DEFAULT_OPTIONS)}")
+        options = {k: v for k, v in DEFAULT_OPTIONS.items() if k in args.only}
+    rows = compare_options(settings, options)
+    table = options_table(rows)
+    out = Path(settings.output_dir)
+    atomic_write_text(out / "comparison.json", json.dumps({"settings": settings.as_dict(), "rows": rows}, indent=2))
+    atomic_write_text(out / "comparison.md", table + "\n")
+    save_figure(plot_options(rows), out / "comparison.png")
+    print(table)
+    print(f"\nsaved to {settings.output_dir}/ (comparison.json, comparison.md, comparison.png)")
+    return 0
+
+
+def options_table(rows: Sequence[dict]) -> str:
+    """A markdown table of ``job.compare_options`` rows (accuracies in %)."""
+
+    def pct(value) -> str:
+        return "n/a" if value is None else f"{100 * value:.1f}"
+
+    lines = ["| option | top-1 % | top-5 % | entity top-1 % | word-piece top-1 % | perplexity | epochs | seconds |",
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        lines.append(f"| {r['option']} | {pct(r['top1'])} | {pct(r['top5'])} | {pct(r['entity_top1'])} | "
+                     f"{pct(r['word_piece_top1'])} | {r['perplexity']:.1f} | {r['epochs_run']} | {r['seconds']:.0f} |")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 ok, 2 for bad input or an unreachable Hub)."""
     from .hub import HubUnavailableError
     from .training import TrainingDiverged
 
     args = build_parser().parse_args(argv)
-    handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate}
+    handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate, "compare": _cmd_compare}
     try:
         return handlers[args.command](args)
     except (HubUnavailableError, FileNotFoundError, FileExistsError, ValueError, TrainingDiverged) as error:

@@ -23,7 +23,7 @@ ENV_PREFIX = "HP_MLM_"
 PROFILES = ("full", "quick", "smoke")
 RECIPES = ("course", "seed")
 SCHEDULES = ("linear", "constant")
-MASKING_STRATEGIES = ("mask", "bert")
+MASKING_STRATEGIES = ("mask", "bert", "whole_word", "entity")
 
 
 @dataclass(frozen=True)
@@ -37,12 +37,17 @@ class Settings:
         text_column: the column that holds the text.
         max_length: tokens per row after truncation, ``[CLS]``/``[SEP]`` included.
         mlm_probability: fraction in (0, 1) of selectable tokens chosen for prediction.
-        masking: ``"mask"`` (every chosen token becomes the mask token, the course's scheme)
-            or ``"bert"`` (80/10/10, Devlin et al. 2019, section 3.1).
+        masking: ``"mask"`` (every chosen token becomes the mask token, the course's scheme),
+            ``"bert"`` (80/10/10, Devlin et al. 2019, section 3.1), ``"whole_word"`` (all pieces
+            of a word together) or ``"entity"`` (whole words, names from the corpus preferred).
+        entity_min_count: a capitalised word must appear this often mid-sentence to count as an
+            entity (see ``masking.find_entities``).
         batch_size: rows per optimiser step (before gradient accumulation).
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
-        epochs: passes over the training rows.
+        epochs: passes over the training rows (at most; see ``early_stopping_patience``).
+        early_stopping_patience: stop when the validation loss has not improved for this many
+            epochs and keep the best epoch's weights (``0``: off).
         learning_rate: peak AdamW learning rate; ``None`` means "auto": 5e-5 when the model's
             MLM head was pretrained, 2e-4 when it was newly initialised (measured, see README).
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm.
@@ -75,9 +80,11 @@ class Settings:
     max_length: int = 512
     mlm_probability: float = 0.15
     masking: str = "mask"
+    entity_min_count: int = 3
     batch_size: int = 16
     gradient_accumulation_steps: int = 1
     epochs: int = 3
+    early_stopping_patience: int = 0
     learning_rate: float | None = None
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
@@ -155,11 +162,13 @@ def validate(settings: Settings) -> None:
     for name in ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k"):
         if getattr(s, name) < 1:
             raise ValueError(f"{name} must be >= 1, got {getattr(s, name)}")
+    if s.entity_min_count < 1:
+        raise ValueError(f"entity_min_count must be >= 1, got {s.entity_min_count}")
     if s.max_length < 8:
         raise ValueError(f"max_length must be >= 8 tokens, got {s.max_length}")
     if s.learning_rate is not None and not s.learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0 (or None for auto), got {s.learning_rate}")
-    for name in ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every"):
+    for name in ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every", "early_stopping_patience"):
         if getattr(s, name) < 0:
             raise ValueError(f"{name} must be >= 0, got {getattr(s, name)}")
     if s.recipe not in RECIPES:

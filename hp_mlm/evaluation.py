@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .masking import IGNORE_INDEX
+from .masking import IGNORE_INDEX, in_multi_piece_word
 from .tokens import pad_batch
 from .training import mlm_logits
 
@@ -55,9 +55,10 @@ def evaluate(
     Args:
         frozen_rows: dicts with ``input_ids`` (masked), ``attention_mask``, ``labels`` (lists of int).
     Returns:
-        ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "seconds"}``:
+        ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "kinds", "seconds"}``:
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
-        cross-entropy in nats, perplexity = exp(mean cross-entropy), and wall time in seconds.
+        cross-entropy in nats, perplexity = exp(mean cross-entropy), top-1 per kind of token
+        (see :func:`position_kinds`; ``{kind: {"top1", "n_positions"}}``), and wall time in seconds.
     Raises:
         ValueError: if no row has a masked position.
     """
@@ -65,6 +66,7 @@ def evaluate(
     device = _device(model)
     n = hits1 = hitsk = 0
     loss_sum = 0.0
+    kinds: dict[str, list[int]] = {}  # kind -> [top-1 hits, positions]
     order = sorted(range(len(frozen_rows)), key=lambda i: len(frozen_rows[i]["input_ids"]))
     with inference_mode(model):
         for start in range(0, len(order), batch_size):
@@ -81,6 +83,12 @@ def evaluate(
             hits1 += (topk[:, 0] == gold).sum().item()
             hitsk += (topk == gold[:, None]).any(dim=-1).sum().item()
             n += int(target.sum())
+            right = (topk[:, 0] == gold).cpu()
+            for kind, where in position_kinds(batch, tokenizer).items():
+                selected = where[target.cpu()]
+                tally = kinds.setdefault(kind, [0, 0])
+                tally[0] += int(right[selected].sum())
+                tally[1] += int(selected.sum())
     if n == 0:
         raise ValueError("no masked position to score: the rows are too short or mlm_probability too low")
     cross_entropy = loss_sum / n
@@ -91,8 +99,25 @@ def evaluate(
         "perplexity": math.exp(min(cross_entropy, 700.0)),
         "n_positions": n,
         "n_rows": len(frozen_rows),
+        "kinds": {k: {"top1": h / c if c else None, "n_positions": c} for k, (h, c) in sorted(kinds.items())},
         "seconds": time.perf_counter() - started,
     }
+
+
+def position_kinds(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
+    """Which kind of token each position holds, for per-kind accuracy.
+
+    Returns BoolTensors[batch, seq_len]: ``whole_word`` (a word that is one piece) and
+    ``word_piece`` (a piece of a longer word), and, when the batch carries ``entity_mask``,
+    ``entity`` and ``other_word``.
+    """
+    original = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])
+    pieces = in_multi_piece_word(original, tokenizer)
+    kinds = {"whole_word": ~pieces, "word_piece": pieces}
+    if "entity_mask" in batch:
+        kinds["entity"] = batch["entity_mask"].bool()
+        kinds["other_word"] = ~batch["entity_mask"].bool()
+    return kinds
 
 
 def original_tutorial_accuracy(

@@ -21,7 +21,7 @@ from .config import SMOKE_DATASET, Settings, resolve_learning_rate
 from .data import CorpusReport, load_corpus, train_validation_split
 from .evaluation import evaluate, original_tutorial_accuracy
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
-from .masking import freeze_masks
+from .masking import find_entities, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .tokens import check_max_length, tokenize_rows
 from .training import CHECKPOINTS, save_model, train
@@ -44,6 +44,8 @@ class Prepared:
             ``special_tokens_mask``, ``length``).
         frozen_validation: validation rows with masks frozen by ``settings.seed``.
         learning_rate: the peak learning rate in use.
+        entities: entity words found in the training rows (``masking.find_entities``); their
+            pieces are marked in the tokenised rows' ``entity_mask``.
     """
 
     settings: Settings
@@ -55,6 +57,7 @@ class Prepared:
     validation_tokens: Dataset
     frozen_validation: list[dict[str, list[int]]]
     learning_rate: float
+    entities: list[str]
 
 
 def prepare(settings: Settings, model: str | None = None) -> Prepared:
@@ -75,8 +78,9 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
     if len(validation_rows) == 0:
         raise ValueError("validation_fraction is 0, so there is nothing to evaluate on; use e.g. 0.1")
     tok = loaded.tokenizer
-    train_tokens = tokenize_rows(train_rows, tok, settings.max_length, settings.text_column)
-    validation_tokens = tokenize_rows(validation_rows, tok, settings.max_length, settings.text_column)
+    entities = find_entities(train_rows[settings.text_column], settings.entity_min_count)
+    train_tokens = tokenize_rows(train_rows, tok, settings.max_length, settings.text_column, entities=entities)
+    validation_tokens = tokenize_rows(validation_rows, tok, settings.max_length, settings.text_column, entities=entities)
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
     return Prepared(
         settings,
@@ -88,6 +92,7 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
         validation_tokens,
         frozen,
         resolve_learning_rate(settings, loaded.head_newly_initialised),
+        entities,
     )
 
 
@@ -122,8 +127,12 @@ def run_job(
     resume: bool = False,
     log: Callable[[str], None] = print,
     stop_after_steps: int | None = None,
+    push_to_hub: str | None = None,
 ) -> dict[str, Any]:
     """The whole main job; writes ``model/``, ``metrics.json``, ``history.json`` and two PNG plots.
+
+    With ``push_to_hub="user/name"`` the saved model folder is uploaded to that Hub repository at
+    the end (a Hugging Face token is checked for before training starts).
 
     Returns:
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
@@ -136,6 +145,8 @@ def run_job(
     started = time.perf_counter()
     out = Path(settings.output_dir)
     check_output_dir(out, overwrite, resume)
+    if push_to_hub:
+        hub_token(push_to_hub)  # fail now, not after training
     log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, data {settings.dataset} [{settings.split}]")
     prep = prepare(settings)
     tok, model = prep.loaded.tokenizer, prep.loaded.model
@@ -177,7 +188,9 @@ def run_job(
         "before": before,
         "after": after,
         "original_tutorial_accuracy": {"before": original_before, "after": original_after, "rows": "training rows, batch 1, masks redrawn per call"},
-        "probes": {"before": probes_before, "after": probes_after},
+        "probes": {"before": probes_before, "after": probes_after,
+                   "changed": changed_probes(probes_before, probes_after)},
+        "entities": prep.entities[:50],
         "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
         "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
         "learning_rate": prep.learning_rate,
@@ -189,8 +202,113 @@ def run_job(
     atomic_write_text(out / "history.json", json.dumps(history, indent=2))
     save_figure(plot_loss_curve(history), out / "loss_curve.png")
     save_figure(plot_before_after(metrics), out / "before_after.png")
+    if push_to_hub:
+        metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
+        log(f"uploaded to {metrics['pushed_to']}")
     log(format_report(metrics))
     return metrics
+
+
+def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probes whose top-1 answer changed with fine-tuning: ``[{"text", "answer", "before", "after", "right"}]``."""
+    return [
+        {"text": a["text"], "answer": a["answer"], "before": b["top1"], "after": a["top1"], "right": a["hit_top1"]}
+        for b, a in zip(before["rows"], after["rows"])
+        if a["top1"] != b["top1"]
+    ]
+
+
+def hub_token(repo_id: str) -> str:
+    """The Hugging Face token to upload with (``HF_TOKEN`` or ``hf auth login``).
+
+    Raises:
+        ValueError: no token is available (says how to log in), or ``repo_id`` is not ``user/name``.
+    """
+    from huggingface_hub import get_token
+
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise ValueError(f"--push-to-hub needs a repository id like 'your-name/hp-mlm-bert', got {repo_id!r}")
+    token = get_token()
+    if not token:
+        raise ValueError(
+            f"--push-to-hub {repo_id}: no Hugging Face token found; run `hf auth login` or set HF_TOKEN"
+        )
+    return token
+
+
+def upload_model(model_dir: Path, repo_id: str) -> str:
+    """Upload a saved model folder to the Hub repository ``repo_id`` (created if missing) with
+    ``huggingface_hub``; returns the repository URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(token=hub_token(repo_id))
+    url = api.create_repo(repo_id, exist_ok=True)
+    api.upload_folder(folder_path=str(model_dir), repo_id=repo_id, commit_message="Upload a model fine-tuned with hp-mlm")
+    return str(url)
+
+
+#: The options ``compare_options`` measures by default: name -> settings changed from the course's.
+DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
+    "course (mask, warmup+decay)": {},
+    "BERT 80/10/10": {"masking": "bert"},
+    "whole-word masking": {"masking": "whole_word"},
+    "entity masking": {"masking": "entity"},
+    "constant learning rate": {"schedule": "constant"},
+    "static masks": {"mask_once": True},
+    "labels on every token": {"label_all_tokens": True},
+}
+
+
+def compare_options(
+    settings: Settings,
+    options: dict[str, dict[str, Any]] | None = None,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Fine-tune once per option from the same start, on the same rows, and score each on the same
+    frozen validation masks.
+
+    Args:
+        options: name -> settings to change (default ``DEFAULT_OPTIONS``).
+    Returns:
+        One dict per option: ``option``, ``top1``, ``top5``, ``perplexity``, ``entity_top1``,
+        ``word_piece_top1``, ``epochs_run``, ``seconds``; the first row is the model before training.
+    """
+    options = DEFAULT_OPTIONS if options is None else options
+    prep = prepare(settings)
+    tok = prep.loaded.tokenizer
+
+    def score(model) -> dict[str, Any]:
+        return evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size)
+
+    def row(name: str, result: dict[str, Any], epochs: int, seconds: float) -> dict[str, Any]:
+        kinds = result["kinds"]
+        return {
+            "option": name,
+            "top1": result["top1"],
+            "top5": result["top5"],
+            "perplexity": result["perplexity"],
+            "entity_top1": kinds.get("entity", {}).get("top1"),
+            "word_piece_top1": kinds.get("word_piece", {}).get("top1"),
+            "epochs_run": epochs,
+            "seconds": seconds,
+        }
+
+    rows = [row("before fine-tuning", score(prep.loaded.model), 0, 0.0)]
+    for name, changes in options.items():
+        run_settings = settings.replace(**changes)
+        model = load_model(settings.model, tok, seed=settings.seed).model  # the same start for every option
+        started = time.perf_counter()
+        history = train(
+            model,
+            tok,
+            prep.train_tokens,
+            run_settings,
+            resolve_learning_rate(run_settings, prep.loaded.head_newly_initialised),
+            evaluate_fn=score if run_settings.early_stopping_patience else None,
+        )
+        rows.append(row(name, score(model), len(history["epochs"]), time.perf_counter() - started))
+        log(f"{name}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")
+    return rows
 
 
 def format_report(metrics: dict[str, Any]) -> str:

@@ -1,12 +1,23 @@
 """Masking: choose ``mlm_probability`` of the real tokens, hide them, and label only those.
 
-Taught in ``notebooks/02_masking.ipynb``. Every id comes from the tokenizer (no literal 101/102/103/0).
-The course's scheme replaces every chosen token with the mask token; ``strategy="bert"`` is the
-80/10/10 variant of Devlin et al. 2019, section 3.1 (as ``DataCollatorForLanguageModeling``).
+Taught in ``notebooks/02_masking.ipynb`` (strategies compared in ``05_going_further``). Every id
+comes from the tokenizer (no literal BERT ids). Strategies:
+
+- ``"mask"`` (the course's scheme): each token chosen independently; every chosen token becomes
+  the mask token.
+- ``"bert"``: the same choice; 80% of chosen tokens become the mask token, 10% a random token,
+  10% stay (Devlin et al. 2019, section 3.1; as ``DataCollatorForLanguageModeling``).
+- ``"whole_word"``: whole words are chosen, so all pieces of a word are masked together and a
+  ``##`` piece is never a target alone (Google's whole-word-masking BERT release, 2019).
+- ``"entity"``: whole words, with names from the corpus (see :func:`find_entities`) chosen
+  ``ENTITY_BOOST`` times as often as other words, at the same overall rate.
 """
 
 from __future__ import annotations
 
+import re
+import weakref
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +27,47 @@ from transformers import PreTrainedTokenizerBase
 from .tokens import pad_batch
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
+STRATEGIES = ("mask", "bert", "whole_word", "entity")
+#: How much more often an entity word is chosen than another word under ``strategy="entity"``.
+ENTITY_BOOST = 4.0
+
+_CONTINUATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[vocab]: True for ids that continue a word (WordPiece ``##`` pieces).
+
+    For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start,
+    so whole-word masking falls back to token masking. Computed once per tokenizer.
+    """
+    table = _CONTINUATION.get(tokenizer)
+    if table is None:
+        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        table = torch.tensor([t is not None and t.startswith("##") for t in tokens], dtype=torch.bool)
+        _CONTINUATION[tokenizer] = table
+    return table
+
+
+def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """For every position, the position where its word starts (itself, unless it is a ``##`` piece).
+
+    Args:
+        input_ids: LongTensor[batch, seq_len] of original (unmasked) ids.
+    Returns:
+        LongTensor[batch, seq_len].
+    """
+    table = continuation_table(tokenizer)
+    cont = table[input_ids.clamp(0, len(table) - 1)]
+    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+    return torch.cummax(torch.where(cont, torch.zeros_like(positions), positions), dim=1).values
+
+
+def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
+    cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
+    next_cont = torch.zeros_like(cont)
+    next_cont[:, :-1] = cont[:, 1:]
+    return cont | next_cont
 
 
 def selectable_positions(
@@ -52,6 +104,7 @@ def mask_tokens(
     mlm_probability: float = 0.15,
     generator: torch.Generator | None = None,
     strategy: str = "mask",
+    entity_mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Choose positions with probability ``mlm_probability`` each, hide them, and build MLM labels.
 
@@ -59,13 +112,17 @@ def mask_tokens(
     ``DataCollatorForLanguageModeling``. ``strategy="mask"`` (the course's scheme) puts the
     tokenizer's mask token at every chosen position; ``strategy="bert"`` does so for 80% of them,
     puts a random vocabulary token at 10% and leaves 10% unchanged (Devlin et al. 2019, 3.1).
+    ``"whole_word"`` draws once per word and masks all of its pieces; ``"entity"`` does the same
+    with entity words (``entity_mask``) ``ENTITY_BOOST`` times as likely as other words.
 
     Args:
         input_ids: LongTensor[batch, seq_len]; not modified.
         selectable: BoolTensor[batch, seq_len] from :func:`selectable_positions`.
         mlm_probability: fraction in (0, 1] of selectable positions to choose, on average.
         generator: the source of randomness (same state, same masks).
-        strategy: ``"mask"`` or ``"bert"``.
+        strategy: one of ``STRATEGIES``.
+        entity_mask: optional 0/1 LongTensor[batch, seq_len] marking the pieces of entity words
+            (for ``strategy="entity"``; without it, entity masking is whole-word masking).
     Returns:
         ``(masked_input_ids, labels)``, both LongTensor[batch, seq_len]: ``labels`` holds the
         original id at chosen positions and -100 everywhere else.
@@ -75,15 +132,21 @@ def mask_tokens(
     """
     if not 0.0 < mlm_probability <= 1.0:
         raise ValueError(f"mlm_probability must be in (0, 1], got {mlm_probability}")
-    if strategy not in ("mask", "bert"):
-        raise ValueError(f"strategy must be 'mask' or 'bert', got {strategy!r}")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {STRATEGIES}, got {strategy!r}")
     if tokenizer.mask_token_id is None:
         raise ValueError("this tokenizer has no mask token; MLM needs a tokenizer with one (e.g. BERT's)")
     probability = torch.full(input_ids.shape, mlm_probability)
-    chosen = torch.bernoulli(probability, generator=generator).bool() & selectable
+    if strategy == "entity" and entity_mask is not None:
+        probability = entity_probabilities(entity_mask.bool() & selectable, selectable, mlm_probability)
+    draw = torch.bernoulli(probability, generator=generator).bool()
+    if strategy in ("whole_word", "entity"):
+        # One draw per word, read at the word's first piece, so all its pieces go together.
+        draw = draw.gather(1, word_start_index(input_ids, tokenizer))
+    chosen = draw & selectable
     labels = torch.where(chosen, input_ids, torch.full_like(input_ids, IGNORE_INDEX))
     masked = input_ids.clone()
-    if strategy == "mask":
+    if strategy != "bert":
         masked[chosen] = tokenizer.mask_token_id
         return masked, labels
     to_mask = chosen & torch.bernoulli(torch.full(input_ids.shape, 0.8), generator=generator).bool()
@@ -93,6 +156,77 @@ def mask_tokens(
     random_ids = torch.randint(len(tokenizer), input_ids.shape, generator=generator, dtype=input_ids.dtype)
     masked[to_random] = random_ids[to_random]
     return masked, labels
+
+
+def entity_probabilities(entity: torch.Tensor, selectable: torch.Tensor, mlm_probability: float) -> torch.Tensor:
+    """Per-position choice probabilities that favour entity words at an unchanged overall rate.
+
+    With a fraction ``f`` of the selectable tokens inside entities, other tokens get
+    ``p_o = p / (f * ENTITY_BOOST + 1 - f)`` and entity tokens ``min(1, ENTITY_BOOST * p_o)``,
+    so the expected share of chosen tokens stays ``p`` (unless the cap at 1 binds).
+
+    Returns:
+        FloatTensor[batch, seq_len] of probabilities in [0, 1].
+    """
+    n = selectable.sum().clamp(min=1)
+    f = (entity & selectable).sum() / n
+    other = mlm_probability / (f * ENTITY_BOOST + 1 - f)
+    return torch.where(entity, (ENTITY_BOOST * other).clamp(max=1.0), other).float()
+
+
+def find_entities(texts: Sequence[str], min_count: int = 3, capitalised_share: float = 0.9) -> list[str]:
+    """Names of people, places and things in a corpus, found offline from capitalisation.
+
+    A word counts as an entity when it appears at least ``min_count`` times capitalised *not* at
+    the start of a sentence, and is capitalised in at least ``capitalised_share`` of all its
+    appearances (so "The" or "But" never qualify, "Dorothy" and "Emerald" do).
+
+    Words are runs of letters (BERT's pre-tokenizer splits at apostrophes and hyphens); "I" and
+    one-letter words never count.
+
+    Returns:
+        Lower-cased entity words, most frequent first.
+    """
+    word = re.compile(r"[^\W\d_]+")  # letters only: BERT's pre-tokenizer splits at ' and -
+    inside, total, capital = Counter(), Counter(), Counter()
+    for text in texts:
+        for m in word.finditer(text or ""):
+            token = m.group()
+            key = token.lower()
+            total[key] += 1
+            if token[0].isupper():
+                capital[key] += 1
+                before = text[: m.start()].rstrip()
+                sentence_start = not before or before[-1] in ".!?\"“”'‘’:;(—-"
+                if not sentence_start:
+                    inside[key] += 1
+    found = [k for k, n in inside.items() if n >= min_count and capital[k] >= capitalised_share * total[k] and len(k) > 1]
+    return sorted(found, key=lambda k: (-inside[k], k))
+
+
+def find_entities_spacy(texts: Sequence[str], model: str = "en_core_web_sm", min_count: int = 2) -> list[str]:
+    """Entity words found by a spaCy model you have installed (people, places, organisations, things).
+
+    Raises:
+        ImportError: spaCy or the model is not installed (says how to install it, or to use
+            :func:`find_entities`, which needs nothing).
+    """
+    try:
+        import spacy
+
+        nlp = spacy.load(model, disable=["parser", "lemmatizer"])
+    except (ImportError, OSError) as error:
+        raise ImportError(
+            f"spaCy model {model!r} is not available ({error}); install it with "
+            f"'pip install spacy && python -m spacy download {model}', or use find_entities()"
+        ) from None
+    kinds = {"PERSON", "GPE", "LOC", "ORG", "FAC", "NORP", "PRODUCT", "WORK_OF_ART"}
+    counts: Counter = Counter()
+    for doc in nlp.pipe(t for t in texts if t):
+        for ent in doc.ents:
+            if ent.label_ in kinds:
+                counts.update(w.lower() for w in re.findall(r"[^\W\d_]+", ent.text))
+    return [k for k, n in counts.most_common() if n >= min_count]
 
 
 class MaskingCollator:
@@ -138,7 +272,8 @@ class MaskingCollator:
             batch["input_ids"], self.tokenizer, batch.get("special_tokens_mask"), batch["attention_mask"]
         )
         input_ids, labels = mask_tokens(
-            batch["input_ids"], selectable, self.tokenizer, self.mlm_probability, generator, self.strategy
+            batch["input_ids"], selectable, self.tokenizer, self.mlm_probability, generator, self.strategy,
+            batch.get("entity_mask"),
         )
         if self.label_all_tokens:
             labels = label_everything(batch["input_ids"], batch["attention_mask"])
@@ -159,6 +294,7 @@ def freeze_masks(
     mlm_probability: float = 0.15,
     seed: int = 0,
     label_all_tokens: bool = False,
+    strategy: str = "mask",
 ) -> list[dict[str, list[int]]]:
     """Draw evaluation masks once, row by row, so that every evaluation scores the same positions.
 
@@ -169,25 +305,25 @@ def freeze_masks(
     Args:
         rows: tokenised rows (``input_ids`` and ``special_tokens_mask`` lists).
         label_all_tokens: label every token instead of only the masked ones (training ablation).
+        strategy: how positions are chosen (see :func:`mask_tokens`); evaluation uses ``"mask"``.
     Returns:
-        One dict per row: ``input_ids`` (masked), ``attention_mask`` and ``labels`` (lists of int).
+        One dict per row: ``input_ids`` (masked), ``attention_mask`` and ``labels`` (lists of
+        int), and ``entity_mask`` when the rows carry it.
     """
     frozen = []
     for i, row in enumerate(rows):
         ids = torch.tensor([row["input_ids"]], dtype=torch.long)
         special = torch.tensor([row["special_tokens_mask"]]) if "special_tokens_mask" in row else None
+        entity = torch.tensor([row["entity_mask"]]) if "entity_mask" in row else None
         selectable = selectable_positions(ids, tokenizer, special)
         generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        masked, labels = mask_tokens(ids, selectable, tokenizer, mlm_probability, generator)
+        masked, labels = mask_tokens(ids, selectable, tokenizer, mlm_probability, generator, strategy, entity)
         if label_all_tokens:
             labels = label_everything(ids, torch.ones_like(ids))
-        frozen.append(
-            {
-                "input_ids": masked[0].tolist(),
-                "attention_mask": [1] * ids.shape[1],
-                "labels": labels[0].tolist(),
-            }
-        )
+        item = {"input_ids": masked[0].tolist(), "attention_mask": [1] * ids.shape[1], "labels": labels[0].tolist()}
+        if entity is not None:
+            item["entity_mask"] = list(row["entity_mask"])
+        frozen.append(item)
     return frozen
 
 

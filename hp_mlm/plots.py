@@ -85,6 +85,25 @@ def plot_token_lengths(lengths: Sequence[int], max_length: int | None = None, ax
     return fig
 
 
+def plot_options(rows: Sequence[Mapping[str, Any]], ax=None):
+    """Grouped bars of validation top-1 and entity top-1 per option (rows of ``job.compare_options``)."""
+    fig, ax = _axes(ax)
+    if ax.figure.get_figwidth() < 8:
+        fig.set_size_inches(9, 4)
+    names = [r["option"] for r in rows]
+    width = 0.4
+    for offset, key, label in ((-width / 2, "top1", "all masked tokens"), (width / 2, "entity_top1", "entity tokens")):
+        values = [100 * (r[key] or 0.0) for r in rows]
+        bars = ax.bar([i + offset for i in range(len(rows))], values, width, label=label)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8)
+    ax.set_xticks(range(len(rows)), names, rotation=25, ha="right", fontsize=8)
+    ax.set_ylabel("held-out top-1 (%)")
+    ax.set_title("What each option is worth (same rows, same frozen masks)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Save ``fig`` as a PNG at ``path`` (folders created) and close it."""
     import matplotlib.pyplot as plt

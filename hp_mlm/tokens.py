@@ -5,7 +5,7 @@ Taught in ``notebooks/01_tokenising.ipynb``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import torch
@@ -15,6 +15,8 @@ from transformers.trainer_pt_utils import get_length_grouped_indices
 
 #: Columns a tokenised row keeps (``token_type_ids`` is all zeros for one-segment rows, so dropped).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "special_tokens_mask")
+#: Per-token columns that ``tokenizer.pad`` does not know, and the value each is padded with.
+EXTRA_PADDING = {"labels": -100, "entity_mask": 0}
 
 
 def check_max_length(max_length: int, model_limit: int | None) -> None:
@@ -36,6 +38,7 @@ def tokenize_rows(
     max_length: int,
     text_column: str = "text",
     split_long_rows: bool = False,
+    entities: Collection[str] | None = None,
 ) -> Dataset:
     """Tokenise every row with ``datasets.map(batched=True)`` (cached by ``datasets`` when file-backed).
 
@@ -43,10 +46,15 @@ def tokenize_rows(
     ``split_long_rows`` a long row becomes several rows instead, so no text is lost. No padding
     here: batches are padded later, each to its own longest row.
 
+    With ``entities`` (lower-cased words, e.g. from ``masking.find_entities``) each row also gets
+    ``entity_mask``: 1 on every piece of a word in ``entities``, else 0 (needs a fast tokenizer).
+
     Returns:
         A ``Dataset`` with columns ``input_ids``, ``attention_mask``, ``special_tokens_mask``
-        (lists of int, one entry per token) and ``length`` (tokens in the row).
+        (lists of int, one entry per token), ``length`` (tokens in the row) and, with
+        ``entities``, ``entity_mask``.
     """
+    wanted = frozenset(entities) if entities is not None else None
 
     def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
         enc = tokenizer(
@@ -56,12 +64,30 @@ def tokenize_rows(
             return_special_tokens_mask=True,
             return_token_type_ids=False,
             return_overflowing_tokens=split_long_rows,
+            return_offsets_mapping=wanted is not None,
         )
         out = {k: enc[k] for k in MODEL_COLUMNS}
         out["length"] = [len(ids) for ids in enc["input_ids"]]
+        if wanted is not None:
+            sources = enc["overflow_to_sample_mapping"] if split_long_rows else range(len(enc["input_ids"]))
+            out["entity_mask"] = [
+                _entity_mask(batch[text_column][src], enc.word_ids(i), enc["offset_mapping"][i], wanted)
+                for i, src in enumerate(sources)
+            ]
         return out
 
     return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
+
+
+def _entity_mask(text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset) -> list[int]:
+    """1 for each token whose whole word (as the tokenizer split it) is in ``entities``."""
+    spans: dict[int, list[int]] = {}
+    for (start, end), word in zip(offsets, word_ids):
+        if word is not None:
+            span = spans.setdefault(word, [start, end])
+            span[1] = end
+    hits = {w for w, (a, b) in spans.items() if text[a:b].lower() in entities}
+    return [1 if w is not None and w in hits else 0 for w in word_ids]
 
 
 def pad_batch(
@@ -77,21 +103,22 @@ def pad_batch(
 
     Returns:
         ``input_ids``, ``attention_mask``, ``special_tokens_mask`` (padding counts as special):
-        LongTensor[batch, seq_len]; plus ``labels`` when the rows carry them (padded with -100).
+        LongTensor[batch, seq_len]; plus ``labels`` (padded with -100) and ``entity_mask``
+        (padded with 0) when the rows carry them.
     """
-    keys = [k for k in (*MODEL_COLUMNS, "labels") if k in features[0]]
-    plain = [{k: f[k] for k in keys if k != "labels"} for f in features]
+    plain = [{k: f[k] for k in MODEL_COLUMNS if k in f} for f in features]
     if pad_to_length is not None:
         batch = tokenizer.pad(plain, padding="max_length", max_length=pad_to_length, return_tensors="pt")
     else:
         batch = tokenizer.pad(plain, padding="longest", pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
     batch = {k: v for k, v in batch.items()}
-    if "labels" in keys:
-        width = batch["input_ids"].shape[1]
-        labels = torch.full((len(features), width), -100, dtype=torch.long)
-        for i, f in enumerate(features):
-            labels[i, : len(f["labels"])] = torch.as_tensor(f["labels"], dtype=torch.long)
-        batch["labels"] = labels
+    width = batch["input_ids"].shape[1]
+    for key, fill in EXTRA_PADDING.items():
+        if key in features[0]:
+            column = torch.full((len(features), width), fill, dtype=torch.long)
+            for i, f in enumerate(features):
+                column[i, : len(f[key])] = torch.as_tensor(f[key], dtype=torch.long)
+            batch[key] = column
     return batch
 
 

@@ -252,7 +252,9 @@ def train(
             step; returning True stops training (e.g. a wall-clock budget, periodic evaluation).
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr"}], "epochs": [{"epoch", "train_loss",
-        "seconds", "validation": {...}}], "learning_rate", "optimizer_steps"}``.
+        "seconds", "validation": {...}}], "learning_rate", "optimizer_steps"}``, plus
+        ``"early_stopping": {"best_epoch", "best_cross_entropy", "stopped_after_epoch"}`` when
+        ``settings.early_stopping_patience`` is set (the model then holds the best epoch's weights).
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
         RuntimeError: CUDA ran out of memory (names batch size, max_length and the flags to lower).
@@ -276,7 +278,9 @@ def train(
         data: list[dict[str, Any]] = [{k: v[i] for k, v in static.items()} for i in range(len(lengths))]
         collate_fn = None
     elif settings.mask_once:
-        data = freeze_masks(train_rows, tokenizer, settings.mlm_probability, settings.seed + 1, settings.label_all_tokens)
+        data = freeze_masks(
+            train_rows, tokenizer, settings.mlm_probability, settings.seed + 1, settings.label_all_tokens, settings.masking
+        )
         collate_fn = partial(pad_batch, tokenizer=tokenizer)
     else:
         data = list(train_rows)
@@ -299,6 +303,7 @@ def train(
 
     history: dict[str, Any] = {"steps": [], "epochs": [], "learning_rate": learning_rate, "optimizer_steps": 0}
     start_epoch, skip_batches, global_step = 0, 0, 0
+    best: dict[str, Any] | None = None  # early stopping: the best epoch so far and its weights
     out = Path(output_dir) if output_dir is not None else None
     if resume and out is not None and (ckpt := latest_checkpoint(out)) is not None:
         state = load_checkpoint(ckpt, accelerator.unwrap_model(objective).model, optimizer, scheduler)
@@ -373,6 +378,21 @@ def train(
         checkpoint(epoch + 1, 0)
         if stop_after_steps is not None and global_step >= stop_after_steps:
             break
+        if settings.early_stopping_patience and "validation" in record:
+            loss = record["validation"]["cross_entropy"]
+            if best is None or loss < best["cross_entropy"]:
+                state = accelerator.unwrap_model(objective).model.state_dict()
+                best = {"epoch": epoch + 1, "cross_entropy": loss, "state": {k: v.detach().clone() for k, v in state.items()}}
+            elif epoch + 1 - best["epoch"] >= settings.early_stopping_patience:
+                break
+    if best is not None:
+        if best["epoch"] != history["epochs"][-1]["epoch"]:
+            accelerator.unwrap_model(objective).model.load_state_dict(best["state"])
+        history["early_stopping"] = {
+            "best_epoch": best["epoch"],
+            "best_cross_entropy": best["cross_entropy"],
+            "stopped_after_epoch": history["epochs"][-1]["epoch"],
+        }
     accelerator.unwrap_model(objective).model.eval()
     return history
 

@@ -1,0 +1,179 @@
+"""The original tutorial's improvement ideas as options: masking strategies, per-kind metrics,
+early stopping, sharing the model, and the options comparison."""
+
+import json
+
+import pytest
+import torch
+from conftest import SENTENCES, tokenised
+from datasets import Dataset
+
+from hp_mlm.config import get_settings
+from hp_mlm.evaluation import evaluate
+from hp_mlm.masking import (
+    IGNORE_INDEX,
+    MaskingCollator,
+    continuation_table,
+    find_entities,
+    freeze_masks,
+    mask_tokens,
+    selectable_positions,
+    word_start_index,
+)
+from hp_mlm.tokens import pad_batch, tokenize_rows
+
+PIECEY = ["Éloise quoted the thornbacks unquestionably.", "Mira Ashdown overheard quotations at Fogmoor."]
+
+
+def batch_of(tokenizer, texts):
+    return pad_batch(tokenised(tokenizer, texts), tokenizer)
+
+
+def test_whole_word_masking_never_labels_a_lone_piece(smoke_tokenizer):
+    batch = batch_of(smoke_tokenizer, PIECEY * 20)
+    ids = batch["input_ids"]
+    cont = continuation_table(smoke_tokenizer)[ids]
+    assert cont.any(), "the fixture must contain ## pieces"
+    ok = selectable_positions(ids, smoke_tokenizer, batch["special_tokens_mask"], batch["attention_mask"])
+    starts = word_start_index(ids, smoke_tokenizer)
+    for seed in range(20):
+        _, labels = mask_tokens(ids, ok, smoke_tokenizer, 0.3, torch.Generator().manual_seed(seed), "whole_word")
+        chosen = labels != IGNORE_INDEX
+        # every piece is chosen exactly when its word's first piece is
+        assert torch.equal(chosen, chosen.gather(1, starts) & ok)
+        assert torch.equal(labels[chosen], ids[chosen])  # each piece labelled with its own id
+
+
+def test_whole_word_masks_all_pieces_of_a_named_word(smoke_tokenizer):
+    enc = smoke_tokenizer("Mira walked into quotations castle.")
+    pieces = smoke_tokenizer.tokenize("quotations")
+    assert len(pieces) >= 2
+    ids = torch.tensor([enc["input_ids"]])
+    ok = selectable_positions(ids, smoke_tokenizer)
+    starts = word_start_index(ids, smoke_tokenizer)
+    word_start = enc["input_ids"].index(smoke_tokenizer.convert_tokens_to_ids(pieces[0]))
+    in_word = starts[0] == word_start
+    assert in_word.sum().item() == len(pieces)
+    for seed in range(50):
+        _, labels = mask_tokens(ids, ok, smoke_tokenizer, 0.5, torch.Generator().manual_seed(seed), "whole_word")
+        chosen = labels[0] != IGNORE_INDEX
+        assert chosen[in_word].all() or not chosen[in_word].any()
+
+
+def test_entities_are_found_from_the_corpus_itself():
+    texts = ["Then Mira met Oren by the lake.", "The lake was cold, and Mira waved.", "Later Mira and Oren ran.",
+             "The owl saw Mira. But Oren slept.", "When Oren laughed, Mira smiled."]
+    found = find_entities(texts, min_count=2)
+    assert found[:2] == ["mira", "oren"]
+    assert "the" not in found and "but" not in found and "when" not in found
+
+
+def test_entity_masking_prefers_entities_at_the_same_overall_rate(smoke_tokenizer):
+    entities = find_entities(SENTENCES * 3, min_count=2)
+    assert {"ashdown", "quillon", "blackthistle"} <= set(entities) and "the" not in entities
+    rows = tokenize_rows(Dataset.from_dict({"text": SENTENCES * 30}), smoke_tokenizer, 64, entities=entities)
+    batch = pad_batch(list(rows), smoke_tokenizer)
+    ids, entity = batch["input_ids"], batch["entity_mask"].bool()
+    ok = selectable_positions(ids, smoke_tokenizer, batch["special_tokens_mask"], batch["attention_mask"])
+    rates = {}
+    for strategy in ("whole_word", "entity"):
+        _, labels = mask_tokens(ids, ok, smoke_tokenizer, 0.15, torch.Generator().manual_seed(0), strategy, batch["entity_mask"])
+        chosen = labels != IGNORE_INDEX
+        rates[strategy] = (chosen[entity & ok].float().mean().item(), chosen[~entity & ok].float().mean().item(),
+                           chosen[ok].float().mean().item())
+    ent, other, overall = rates["entity"]
+    assert ent > 2.5 * other
+    assert ent > 1.5 * rates["whole_word"][0]
+    assert abs(overall - 0.15) < 0.03
+
+
+def test_collator_passes_entities_and_evaluation_reports_per_kind(smoke_tokenizer, smoke_model):
+    entities = find_entities(SENTENCES * 3, min_count=2)
+    rows = list(tokenize_rows(Dataset.from_dict({"text": SENTENCES * 4}), smoke_tokenizer, 64, entities=entities))
+    batch = MaskingCollator(smoke_tokenizer, 0.3, seed=0, strategy="entity")(rows)
+    assert (batch["labels"] != IGNORE_INDEX).any()
+    result = evaluate(smoke_model, freeze_masks(rows, smoke_tokenizer, 0.3, seed=1), smoke_tokenizer)
+    kinds = result["kinds"]
+    assert set(kinds) == {"entity", "other_word", "whole_word", "word_piece"}
+    assert kinds["entity"]["n_positions"] + kinds["other_word"]["n_positions"] == result["n_positions"]
+    assert kinds["whole_word"]["n_positions"] + kinds["word_piece"]["n_positions"] == result["n_positions"]
+
+
+def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_model):
+    from hp_mlm.training import train
+
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    losses = iter([3.0, 2.0, 2.5, 2.6, 1.0, 0.5])
+    snapshots = {}
+
+    def fake_validation(model):
+        epoch = len(snapshots) + 1
+        snapshots[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
+        return {"cross_entropy": next(losses)}
+
+    settings = get_settings("smoke", environ={}, epochs=6, batch_size=4, progress=False, early_stopping_patience=2)
+    history = train(smoke_model, smoke_tokenizer, rows, settings, 1e-3, evaluate_fn=fake_validation)
+    assert history["early_stopping"] == {"best_epoch": 2, "best_cross_entropy": 2.0, "stopped_after_epoch": 4}
+    assert len(history["epochs"]) == 4
+    state = smoke_model.state_dict()
+    assert all(torch.equal(state[k], snapshots[2][k]) for k in state)
+
+
+def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypatch):
+    import huggingface_hub
+
+    from hp_mlm import job
+
+    calls = []
+
+    class FakeApi:
+        def __init__(self, token=None):
+            calls.append(("init", token))
+
+        def create_repo(self, repo_id, exist_ok=False):
+            calls.append(("create_repo", repo_id, exist_ok))
+            return f"https://hub.example/{repo_id}"
+
+        def upload_folder(self, folder_path, repo_id, commit_message):
+            calls.append(("upload_folder", folder_path, repo_id))
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_fake_token")
+    (tmp_path / "model").mkdir()
+    url = job.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
+    assert url == "https://hub.example/someone/hp-mlm-bert"
+    assert calls == [("init", "hf_fake_token"), ("create_repo", "someone/hp-mlm-bert", True),
+                     ("upload_folder", str(tmp_path / "model"), "someone/hp-mlm-bert")]
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    with pytest.raises(ValueError, match="hf auth login"):
+        job.hub_token("someone/hp-mlm-bert")
+    with pytest.raises(ValueError, match="repository id"):
+        job.hub_token("no-slash")
+
+
+def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
+    from hp_mlm.cli import main
+
+    code = main(["compare", "--profile", "smoke", "--epochs", "2", "--output-dir", str(tmp_path),
+                 "--only", "course (mask, warmup+decay)", "entity masking", "--no-progress"])
+    assert code == 0
+    result = json.loads((tmp_path / "comparison.json").read_text())
+    names = [r["option"] for r in result["rows"]]
+    assert names == ["before fine-tuning", "course (mask, warmup+decay)", "entity masking"]
+    assert all(r["entity_top1"] is not None for r in result["rows"])
+    assert result["rows"][1]["top1"] > result["rows"][0]["top1"]
+    assert (tmp_path / "comparison.png").stat().st_size > 1000
+
+
+def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_path(tmp_path):
+    from pathlib import Path
+
+    from hp_mlm.job import run_job
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "product_descriptions"
+    settings = get_settings("smoke", environ={}, dataset=str(example / "products.txt"), epochs=2,
+                            output_dir=str(tmp_path), progress=False)
+    metrics = run_job(settings, probes=example / "probes.jsonl", log=lambda _: None)
+    assert metrics["data"]["n_loaded"] == 240 and metrics["data"]["n_dropped"] == 0
+    assert metrics["after"]["cross_entropy"] < metrics["before"]["cross_entropy"]
+    assert metrics["probes"]["after"]["n"] == 10
