@@ -388,11 +388,9 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
     texts = list(prep.validation_rows[settings.text_column])
     log(f"eval: model and rows ready in {time.perf_counter() - began:.1f} s; measuring evaluation speed on {len(texts)} rows")
     # Warm up both code paths on a few rows, so that neither pays first-call costs in the timing.
-    original_tutorial_accuracy(model, tok, texts[:3], settings.mlm_probability, torch.Generator().manual_seed(0), settings.max_length)
+    original_tutorial_accuracy(model, tok, texts[:3], torch.Generator().manual_seed(0), settings.max_length)
     evaluate(model, prep.frozen_validation[:8], tok, settings.eval_batch_size)
-    original = original_tutorial_accuracy(
-        model, tok, texts, settings.mlm_probability, torch.Generator().manual_seed(1), settings.max_length
-    )
+    original = original_tutorial_accuracy(model, tok, texts, torch.Generator().manual_seed(1), settings.max_length)
     ours = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size)
     before = ours  # the untrained model's held-out scores (same frozen masks as both recipes)
     probes = score_probes(model, tok, load_probes(cfg["probes"]), top_k=5)
@@ -565,7 +563,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=None, help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})")
     p.add_argument("--train-rows", type=int, default=None, help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})")
     p.add_argument("--validation-rows", type=int, default=None, help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})")
-    p.add_argument("--max-length", type=int, default=256, help="tokens per row after truncation (default %(default)s)")
+    p.add_argument("--max-length", type=int, default=512, help="tokens per row after truncation (default %(default)s, the course's)")
     p.add_argument("--batch-size", type=int, default=16, help="training rows per batch (default %(default)s)")
     p.add_argument("--eval-batch-size", type=int, default=32, help="rows per batch of the batched evaluate (default %(default)s)")
     p.add_argument("--course-lr", type=float, default=None, help="course learning rate (default: the package's auto value, 2e-4 for a new MLM head)")

@@ -17,8 +17,8 @@ EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
   HP_MLM_PROFILE=smoke python -m hp_mlm train              # offline, tiny model, under a minute
   python -m hp_mlm train --profile quick --model ./my-bert --dataset ./books.parquet --probes probes.jsonl
-  python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/run/model --top-k 5
-  python -m hp_mlm evaluate --model outputs/run/model --dataset ./books.parquet
+  python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/full/model --top-k 5
+  python -m hp_mlm evaluate --model outputs/full/model --dataset ./books.parquet
   python -m hp_mlm compare --profile quick --model ./my-bert --dataset ./books.parquet   # masking strategies etc.
 
 Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. HP_MLM_MODEL,

@@ -17,6 +17,10 @@ from typing import Any
 #: Names that stand for the project's own tiny model and corpus (never a Hub id: they hold a colon).
 SMOKE_MODEL = "hp_mlm:smoke-bert"
 SMOKE_DATASET = "hp_mlm:smoke-corpus"
+#: Corpora shipped inside the package (written for this course), by name -> file in ``hp_mlm/data``.
+PACKAGE_DATASETS = {SMOKE_DATASET: "smoke_corpus.txt", "hp_mlm:products": "products.txt"}
+#: Probes shipped with those corpora.
+PACKAGE_PROBES = {SMOKE_DATASET: "smoke_probes.jsonl", "hp_mlm:products": "products_probes.jsonl"}
 
 PROFILE_ENV = "HP_MLM_PROFILE"
 ENV_PREFIX = "HP_MLM_"
@@ -57,7 +61,10 @@ class Settings:
         validation_fraction: fraction in [0, 1) of rows held out for validation.
         max_validation_rows: cap on held-out rows (``0``: no cap), to keep evaluation fast.
         eval_batch_size: rows per evaluation batch.
-        output_dir: where the CLI writes the model, metrics, history and plots.
+        output_dir: where the CLI writes the model, metrics, history and plots (one folder per
+            profile by default, ``outputs/<profile>``, so runs of different profiles never collide).
+        split_long_rows: cut a row longer than ``max_length`` into several rows instead of
+            truncating it (no text is lost, more rows to train on).
         recipe: ``"course"`` (this course) or ``"seed"`` (the original tutorial, reproduced).
         schedule: ``"linear"`` (warmup then linear decay) or ``"constant"``.
         mask_once: draw each training row's masks once, before training (the original tutorial's
@@ -78,6 +85,7 @@ class Settings:
     split: str = "train[:10%]"
     text_column: str = "text"
     max_length: int = 512
+    split_long_rows: bool = False
     mlm_probability: float = 0.15
     masking: str = "mask"
     entity_min_count: int = 3
@@ -93,7 +101,7 @@ class Settings:
     validation_fraction: float = 0.1
     max_validation_rows: int = 0
     eval_batch_size: int = 32
-    output_dir: str = "outputs/run"
+    output_dir: str = "outputs/full"
     recipe: str = "course"
     schedule: str = "linear"
     mask_once: bool = False
@@ -128,6 +136,7 @@ PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
         "epochs": 1,
         "max_validation_rows": 100,
         "checkpoint_every": 0,
+        "output_dir": "outputs/quick",
     },
     # CI: the project's own tiny BERT and corpus, seconds per run, no network.
     "smoke": {
@@ -142,6 +151,7 @@ PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
         "validation_fraction": 0.15,
         "checkpoint_every": 0,
         "eval_batch_size": 64,
+        "output_dir": "outputs/smoke",
     },
 }
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
-from .config import SMOKE_DATASET
+from .config import PACKAGE_DATASETS
 from .hub import hub_error, is_local, require_hub
 
 #: Local file types we read, and the ``datasets`` builder for each.
@@ -119,10 +120,9 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
 
 def _load_split(source: str, split_name: str) -> Dataset:
     """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus."""
-    if source == SMOKE_DATASET:
-        from .models import smoke_corpus_path
-
-        return load_dataset("text", data_files={split_name: str(smoke_corpus_path())}, split=split_name)
+    if source in PACKAGE_DATASETS:
+        path = resources.files("hp_mlm") / "data" / PACKAGE_DATASETS[source]
+        return load_dataset("text", data_files={split_name: str(path)}, split=split_name)
     if is_local(source):
         path = Path(source).expanduser()
         if not path.exists():
@@ -166,7 +166,8 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
 
     Args:
         source: a Hub dataset id (``andjela-r/mlm-harry-potter``), a local path (see ``ACCEPTED``),
-            or ``SMOKE_DATASET``. A ``.txt`` file is one row per line, in column ``text``.
+            or a corpus shipped with the package (``config.PACKAGE_DATASETS``: the smoke corpus,
+            ``hp_mlm:products``). A ``.txt`` file is one row per line, in column ``text``.
         split: split and optional slice: ``train``, ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
         text_column: the column holding the text.
     Returns:

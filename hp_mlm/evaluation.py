@@ -124,40 +124,37 @@ def original_tutorial_accuracy(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     texts: Sequence[str],
-    mlm_probability: float = 0.15,
     generator: torch.Generator | None = None,
     max_length: int = 512,
 ) -> dict[str, Any]:
     """The original tutorial's accuracy measurement, reproduced for comparison (not a sound metric).
 
-    Like the original: one text at a time (batch size 1), masks drawn afresh on every call
-    (``rand < mlm_probability`` over *all* positions, so ``[CLS]`` and ``[SEP]`` may be masked
-    and scored), typically on the training rows. Kept sound where the original was not: eval mode
-    and ``no_grad``, the mask id asked from the tokenizer, and an optional ``generator`` so a call
-    can be repeated.
+    As in the original: one text at a time (batch size 1); in each, *one* position drawn at
+    random from all of its positions, so ``[CLS]`` or ``[SEP]`` may be the one masked and scored
+    (easy guesses once a model is trained with labels everywhere); a fresh draw on every call,
+    so a "before" and an "after" call score different positions; typically run on the training
+    rows. Kept sound where the original was not: eval mode and ``no_grad``, the mask id asked
+    from the tokenizer, truncation at ``max_length`` (the original crashed on longer rows), and
+    an optional ``generator`` so a call can be repeated.
 
     Returns:
-        ``{"accuracy", "n_positions", "n_rows", "seconds"}``; accuracy is a fraction in [0, 1].
+        ``{"accuracy", "n_positions", "n_rows", "seconds"}``; accuracy is a fraction in [0, 1]
+        and ``n_positions`` equals ``n_rows`` (one scored position per row).
     """
     started = time.perf_counter()
     device = _device(model)
-    correct = total = 0
+    correct = 0
     with inference_mode(model):
         for text in texts:
-            enc = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length)
-            ids = enc["input_ids"]
-            chosen = torch.rand(ids.shape, generator=generator) < mlm_probability
-            if not bool(chosen.any()):
-                continue
+            ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"]
+            position = int(torch.randint(ids.shape[1], (1,), generator=generator))
             masked = ids.clone()
-            masked[chosen] = tokenizer.mask_token_id
-            logits = model(input_ids=masked.to(device), attention_mask=enc["attention_mask"].to(device)).logits
-            predictions = logits.argmax(dim=-1).cpu()
-            correct += (predictions[chosen] == ids[chosen]).sum().item()
-            total += int(chosen.sum())
+            masked[0, position] = tokenizer.mask_token_id
+            logits = model(input_ids=masked.to(device)).logits
+            correct += int(logits[0, position].argmax().item() == ids[0, position].item())
     return {
-        "accuracy": correct / total if total else 0.0,
-        "n_positions": total,
+        "accuracy": correct / len(texts) if texts else 0.0,
+        "n_positions": len(texts),
         "n_rows": len(texts),
         "seconds": time.perf_counter() - started,
     }

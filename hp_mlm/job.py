@@ -17,14 +17,14 @@ from typing import Any
 import torch
 from datasets import Dataset
 
-from .config import SMOKE_DATASET, Settings, resolve_learning_rate
+from .config import PACKAGE_PROBES, Settings, resolve_learning_rate
 from .data import CorpusReport, load_corpus, train_validation_split
 from .evaluation import evaluate, original_tutorial_accuracy
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
 from .masking import find_entities, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .tokens import check_max_length, tokenize_rows
-from .training import CHECKPOINTS, save_model, train
+from .training import CHECKPOINTS, latest_checkpoint, save_model, train
 
 MODEL_DIR = "model"
 #: Rows of the training split scored by the original tutorial's (batch-1) accuracy function.
@@ -79,8 +79,10 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
         raise ValueError("validation_fraction is 0, so there is nothing to evaluate on; use e.g. 0.1")
     tok = loaded.tokenizer
     entities = find_entities(train_rows[settings.text_column], settings.entity_min_count)
-    train_tokens = tokenize_rows(train_rows, tok, settings.max_length, settings.text_column, entities=entities)
-    validation_tokens = tokenize_rows(validation_rows, tok, settings.max_length, settings.text_column, entities=entities)
+    train_tokens, validation_tokens = (
+        tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
+        for part in (train_rows, validation_rows)
+    )
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
     return Prepared(
         settings,
@@ -97,11 +99,11 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
 
 
 def default_probes(settings: Settings) -> Path | None:
-    """The smoke corpus ships its own probes; other corpora have none unless ``--probes`` is given."""
-    if settings.dataset == SMOKE_DATASET:
+    """The corpora shipped with the package come with probes; others have none unless ``--probes`` is given."""
+    if settings.dataset in PACKAGE_PROBES:
         from importlib import resources
 
-        return Path(str(resources.files("hp_mlm") / "data" / "smoke_probes.jsonl"))
+        return Path(str(resources.files("hp_mlm") / "data" / PACKAGE_PROBES[settings.dataset]))
     return None
 
 
@@ -145,6 +147,12 @@ def run_job(
     started = time.perf_counter()
     out = Path(settings.output_dir)
     check_output_dir(out, overwrite, resume)
+    if resume and latest_checkpoint(out) is None:
+        if (out / MODEL_DIR).exists():
+            raise FileExistsError(
+                f"{str(out)!r} holds a finished model and no checkpoint to resume; pass --overwrite to train again"
+            )
+        log("no checkpoint to resume from; starting from the beginning")
     if push_to_hub:
         hub_token(push_to_hub)  # fail now, not after training
     log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, data {settings.dataset} [{settings.split}]")
@@ -163,7 +171,7 @@ def run_job(
 
     sample = prep.train_rows[settings.text_column][:ORIGINAL_ACCURACY_ROWS]
     before = score(model)
-    original_before = original_tutorial_accuracy(model, tok, sample, settings.mlm_probability, torch.Generator().manual_seed(1), settings.max_length)
+    original_before = original_tutorial_accuracy(model, tok, sample, torch.Generator().manual_seed(1), settings.max_length)
     probes_before = score_probes(model, tok, probe_list, settings.top_k)
     log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} ({before['n_positions']} masked tokens)")
     log(f"training at learning rate {prep.learning_rate:g} for {settings.epochs} epoch(s)")
@@ -179,7 +187,7 @@ def run_job(
         stop_after_steps=stop_after_steps,
     )
     after = score(model)
-    original_after = original_tutorial_accuracy(model, tok, sample, settings.mlm_probability, torch.Generator().manual_seed(2), settings.max_length)
+    original_after = original_tutorial_accuracy(model, tok, sample, torch.Generator().manual_seed(2), settings.max_length)
     probes_after = score_probes(model, tok, probe_list, settings.top_k)
     examples = fill_mask(model, tok, list(EXAMPLE_SENTENCES), top_k=settings.top_k, max_length=settings.max_length)
     save_model(model, tok, out / MODEL_DIR)
@@ -187,7 +195,7 @@ def run_job(
     metrics: dict[str, Any] = {
         "before": before,
         "after": after,
-        "original_tutorial_accuracy": {"before": original_before, "after": original_after, "rows": "training rows, batch 1, masks redrawn per call"},
+        "original_tutorial_accuracy": {"before": original_before, "after": original_after, "rows": "training rows, one row at a time, one random position per row, redrawn per call"},
         "probes": {"before": probes_before, "after": probes_after,
                    "changed": changed_probes(probes_before, probes_after)},
         "entities": prep.entities[:50],
@@ -338,13 +346,14 @@ def format_report(metrics: dict[str, Any]) -> str:
 
 
 def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Path:
-    """The fine-tuned model folder for ``settings``: reused when present, else trained now.
+    """The fine-tuned model folder for ``settings``: reused when present (saved by the main job or
+    by ``training.save_model``, e.g. in notebook 03), else trained now by :func:`run_job`.
 
     Returns:
         ``Path(settings.output_dir) / "model"``.
     """
     target = Path(settings.output_dir) / MODEL_DIR
-    if (target / "config.json").exists() and (Path(settings.output_dir) / "metrics.json").exists():
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
         log(f"reusing the fine-tuned model in {settings.output_dir}/{MODEL_DIR}")
         return target
     run_job(settings, probes=default_probes(settings), overwrite=True, log=log)

@@ -153,8 +153,12 @@ def mask_tokens(
     masked[to_mask] = tokenizer.mask_token_id
     # Half of the remaining 20%: a random token; the other half keeps the original token.
     to_random = chosen & ~to_mask & torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=generator).bool()
-    random_ids = torch.randint(len(tokenizer), input_ids.shape, generator=generator, dtype=input_ids.dtype)
-    masked[to_random] = random_ids[to_random]
+    # Random replacements are ordinary tokens, never [CLS]/[SEP]/[PAD]/[MASK].
+    ordinary = torch.ones(len(tokenizer), dtype=torch.bool)
+    ordinary[sorted(set(tokenizer.all_special_ids))] = False
+    ordinary_ids = ordinary.nonzero().flatten().to(input_ids.dtype)
+    pick = torch.randint(len(ordinary_ids), input_ids.shape, generator=generator)
+    masked[to_random] = ordinary_ids[pick][to_random]
     return masked, labels
 
 

@@ -155,6 +155,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     A checkpoint without MLM-head weights (e.g. a sentence-embedding BERT) loads with a new,
     randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
     weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
+    ``SMOKE_MODEL`` always has the same weights (``SMOKE_SEED``), whatever ``seed`` is.
 
     Raises:
         FileNotFoundError: a local path that does not exist.

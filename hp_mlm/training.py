@@ -29,6 +29,9 @@ from .tokens import pad_batch, plan_batches
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest.json"
+#: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
+RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
+                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule")
 
 
 class TrainingDiverged(RuntimeError):
@@ -231,6 +234,7 @@ def train(
     resume: bool = False,
     stop_after_steps: int | None = None,
     step_callback: Callable[[nn.Module, int, float], bool | None] | None = None,
+    schedule_steps: int | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` in place on ``train_rows`` and return the training history.
 
@@ -250,6 +254,9 @@ def train(
         stop_after_steps: stop after this many optimiser steps in total (for tests and budgets).
         step_callback: called as ``step_callback(model, global_step, loss)`` after every optimiser
             step; returning True stops training (e.g. a wall-clock budget, periodic evaluation).
+            Time spent in it is not counted in an epoch's ``seconds``.
+        schedule_steps: length of the warmup/decay schedule in optimiser steps (default: all
+            epochs' steps); set it when a budget will stop training early.
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr"}], "epochs": [{"epoch", "train_loss",
         "seconds", "validation": {...}}], "learning_rate", "optimizer_steps"}``, plus
@@ -294,7 +301,7 @@ def train(
         )
     batches_per_epoch = math.ceil(len(train_rows) / settings.batch_size)
     steps_per_epoch = math.ceil(batches_per_epoch / settings.gradient_accumulation_steps)
-    total_steps = steps_per_epoch * settings.epochs
+    total_steps = schedule_steps or steps_per_epoch * settings.epochs
     optimizer = build_optimizer(model, learning_rate, settings.weight_decay)
     schedule = "constant" if seed_recipe else settings.schedule
     scheduler = build_scheduler(optimizer, total_steps, settings.warmup_fraction, schedule)
@@ -305,7 +312,16 @@ def train(
     start_epoch, skip_batches, global_step = 0, 0, 0
     best: dict[str, Any] | None = None  # early stopping: the best epoch so far and its weights
     out = Path(output_dir) if output_dir is not None else None
+    run_shape = {k: getattr(settings, k) for k in RESUME_MUST_MATCH}
     if resume and out is not None and (ckpt := latest_checkpoint(out)) is not None:
+        saved_shape = json.loads((ckpt / "state.json").read_text(encoding="utf-8")).get("run", run_shape)
+        differ = {k: (saved_shape[k], run_shape[k]) for k in run_shape if saved_shape.get(k) != run_shape[k]}
+        if differ:
+            raise ValueError(
+                "cannot resume: these settings differ from the interrupted run (was, now): "
+                + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
+                + "; rerun with the same settings, or use --overwrite to start again"
+            )
         state = load_checkpoint(ckpt, accelerator.unwrap_model(objective).model, optimizer, scheduler)
         start_epoch, skip_batches, global_step = state["epoch"], state["batches_done"], state["global_step"]
         history = state["history"]
@@ -313,7 +329,8 @@ def train(
     def checkpoint(epoch: int, batches_done: int) -> None:
         if out is None or not accelerator.is_main_process:
             return
-        state = {"epoch": epoch, "batches_done": batches_done, "global_step": global_step, "history": history}
+        state = {"epoch": epoch, "batches_done": batches_done, "global_step": global_step, "history": history,
+                 "run": run_shape}
         save_checkpoint(out, accelerator.unwrap_model(objective).model, optimizer, scheduler, state)
 
     for epoch in range(start_epoch, settings.epochs):
@@ -327,6 +344,7 @@ def train(
         loader = accelerator.prepare(loader)
         objective.train()
         losses: list[float] = []
+        callback_seconds = 0.0
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", disable=not settings.progress or not accelerator.is_main_process, leave=False)
         for i, batch in enumerate(bar, start=skip_batches):
             with accelerator.accumulate(objective):
@@ -361,14 +379,18 @@ def train(
                     checkpoint(epoch, i + 1)
                 if stop_after_steps is not None and global_step >= stop_after_steps:
                     break
-                if step_callback is not None and step_callback(accelerator.unwrap_model(objective).model, global_step, losses[-1]):
-                    stop_after_steps = global_step
-                    break
+                if step_callback is not None:
+                    called = time.perf_counter()
+                    stop = step_callback(accelerator.unwrap_model(objective).model, global_step, losses[-1])
+                    callback_seconds += time.perf_counter() - called
+                    if stop:
+                        stop_after_steps = global_step
+                        break
         bar.close()
         record: dict[str, Any] = {
             "epoch": epoch + 1,
             "train_loss": sum(losses) / max(len(losses), 1),
-            "seconds": time.perf_counter() - started,
+            "seconds": time.perf_counter() - started - callback_seconds,
         }
         if evaluate_fn is not None:
             record["validation"] = evaluate_fn(accelerator.unwrap_model(objective).model)

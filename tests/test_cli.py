@@ -73,7 +73,8 @@ def test_existing_model_is_not_overwritten_without_a_flag(smoke_run, capsys):
 
 def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_way(tmp_path):
     started = time.perf_counter()
-    result = cli("train", "--output-dir", str(tmp_path / "x"), env={"HF_ENDPOINT": "http://127.0.0.1:9"}, timeout=60)
+    result = cli("train", "--output-dir", str(tmp_path / "x"), env={"HF_ENDPOINT": "http://127.0.0.1:9", "HP_MLM_PROFILE": "full"},
+                 timeout=60)
     assert time.perf_counter() - started < 30
     assert result.returncode == 2
     assert "bert-base-uncased" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr

@@ -3,8 +3,8 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import SENTENCES
 from datasets import Dataset, DatasetDict
+from helpers import SENTENCES
 
 from hp_mlm.data import load_corpus, rows_from_texts, slice_indices, train_validation_split
 from hp_mlm.hub import HubUnavailableError

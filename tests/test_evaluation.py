@@ -1,5 +1,5 @@
 import torch
-from conftest import SENTENCES, tokenised
+from helpers import SENTENCES, tokenised
 
 from hp_mlm.evaluation import evaluate, masked_accuracy, original_tutorial_accuracy
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
@@ -71,13 +71,18 @@ def test_evaluation_is_in_eval_mode_without_grad_and_restores_training_mode(smok
     assert smoke_model.training
 
 
-def test_original_tutorial_accuracy_may_score_special_tokens_and_redraws_masks(smoke_tokenizer, smoke_model):
-    texts = SENTENCES * 10
-    a = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(0))
-    b = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(1))
-    again = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, 0.5, torch.Generator().manual_seed(0))
+def test_original_tutorial_accuracy_scores_one_random_position_per_row_specials_included(smoke_tokenizer, smoke_model):
+    texts = SENTENCES * 25
+    a = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(0))
+    again = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(0))
     assert a == {**again, "seconds": a["seconds"]}
-    assert a["n_positions"] != b["n_positions"]  # before/after runs would mask different positions
-    real = sum(len(r["input_ids"]) - 2 for r in tokenised(smoke_tokenizer, texts))
-    assert a["n_positions"] > 0.5 * real  # [CLS]/[SEP] are candidates too, so more than half the real tokens
-    assert 0.0 <= a["accuracy"] <= 1.0
+    assert a["n_positions"] == a["n_rows"] == len(texts)
+    # the model that always answers [CLS] scores exactly the rows whose drawn position was [CLS]
+    with torch.no_grad():
+        smoke_model.cls.predictions.bias.zero_()
+        smoke_model.cls.predictions.bias[smoke_tokenizer.cls_token_id] = 1e4
+    cls_only = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)
+    lengths = [len(smoke_tokenizer(t)["input_ids"]) for t in texts]
+    expected = sum(int(torch.randint(n, (1,), generator=generator)) == 0 for n in lengths)
+    assert expected > 0 and cls_only["accuracy"] == expected / len(texts)

@@ -5,8 +5,8 @@ import json
 
 import pytest
 import torch
-from conftest import SENTENCES, tokenised
 from datasets import Dataset
+from helpers import SENTENCES, tokenised
 
 from hp_mlm.config import get_settings
 from hp_mlm.evaluation import evaluate
@@ -166,14 +166,11 @@ def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
 
 
 def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_path(tmp_path):
-    from pathlib import Path
+    from hp_mlm.job import default_probes, run_job
 
-    from hp_mlm.job import run_job
-
-    example = Path(__file__).resolve().parents[1] / "examples" / "product_descriptions"
-    settings = get_settings("smoke", environ={}, dataset=str(example / "products.txt"), epochs=2,
-                            output_dir=str(tmp_path), progress=False)
-    metrics = run_job(settings, probes=example / "probes.jsonl", log=lambda _: None)
+    settings = get_settings("smoke", environ={}, dataset="hp_mlm:products", epochs=2, output_dir=str(tmp_path),
+                            progress=False)
+    metrics = run_job(settings, probes=default_probes(settings), log=lambda _: None)
     assert metrics["data"]["n_loaded"] == 240 and metrics["data"]["n_dropped"] == 0
     assert metrics["after"]["cross_entropy"] < metrics["before"]["cross_entropy"]
     assert metrics["probes"]["after"]["n"] == 10

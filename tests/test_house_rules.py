@@ -45,7 +45,7 @@ def test_every_torch_load_is_weights_only():
 
 
 def test_cuda_out_of_memory_is_reported_with_the_flags_to_lower(monkeypatch, smoke_tokenizer, smoke_model):
-    from conftest import SENTENCES, tokenised
+    from helpers import SENTENCES, tokenised
 
     from hp_mlm import training
     from hp_mlm.config import get_settings

@@ -1,6 +1,6 @@
 import pytest
 import torch
-from conftest import SENTENCES, tokenised
+from helpers import SENTENCES, tokenised
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DataCollatorForLanguageModeling

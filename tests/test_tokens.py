@@ -1,7 +1,7 @@
 import pytest
 import torch
-from conftest import SENTENCES, tokenised
 from datasets import Dataset
+from helpers import SENTENCES, tokenised
 
 from hp_mlm.tokens import check_max_length, pad_batch, padding_share, plan_batches, tokenize_rows
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import SENTENCES, tokenised
+from helpers import SENTENCES, tokenised
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
@@ -180,3 +180,11 @@ def test_ablations_static_masks_and_labels_everywhere_train(smoke_tokenizer, smo
                    {"schedule": "constant"}, {"masking": "bert"}):
         history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(**change), 1e-3)
         assert all(math.isfinite(s["loss"]) for s in history["steps"]), change
+
+
+def test_resume_with_different_settings_is_refused(tmp_path, smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"batch_size 4 -> 2"):
+        train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2), 1e-3,
+              output_dir=tmp_path, resume=True)

@@ -1,0 +1,21 @@
+"""Helpers shared by the tests (a small corpus written for them, and tokenising to plain rows)."""
+
+#: A small corpus written for these tests (original sentences).
+SENTENCES = [
+    "Mira Ashdown crossed the Silver Lake at dawn.",
+    "Professor Quillon taught potions below the Great Hall.",
+    "The Lantern Tower glowed above the misty island.",
+    "Oren Blackthistle lost his silverleaf quill again.",
+    "Nell Cobbing found a mistfox in the Glass Greenhouse.",
+    "Hob Tanner rowed the ferry across the Silver Lake.",
+    "Jasper Hollin read about thornbacks in the Hollow Library.",
+    "Headmistress Winterbourne rang the Mist Bell at midnight.",
+]
+
+
+
+def tokenised(tokenizer, texts, max_length=64):
+    """Tokenised rows as plain dicts (input_ids, attention_mask, special_tokens_mask)."""
+    enc = tokenizer(list(texts), truncation=True, max_length=max_length, return_special_tokens_mask=True,
+                    return_token_type_ids=False)
+    return [{k: enc[k][i] for k in ("input_ids", "attention_mask", "special_tokens_mask")} for i in range(len(texts))]
