@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 from transformers import BertTokenizerFast
 
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
@@ -24,8 +23,3 @@ def tiny_vocab_tokenizer():
     """A 12-token BERT vocabulary where [MASK] is 4, [CLS] 2, [SEP] 3, [PAD] 0 (not 103/101/102/0)."""
     tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "harry", "potter", "looked", "at", "the", "owl", "."]
     return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
-
-
-@pytest.fixture()
-def generator():
-    return torch.Generator().manual_seed(0)
