@@ -356,5 +356,6 @@ def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Pa
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         log(f"reusing the fine-tuned model in {settings.output_dir}/{MODEL_DIR}")
         return target
+    log(f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet: running the main job to make it")
     run_job(settings, probes=default_probes(settings), overwrite=True, log=log)
     return target
