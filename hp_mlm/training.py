@@ -306,6 +306,8 @@ def train(
     schedule = "constant" if seed_recipe else settings.schedule
     scheduler = build_scheduler(optimizer, total_steps, settings.warmup_fraction, schedule)
     objective = MaskedLMObjective(model, settings.masked_positions_only and not seed_recipe)
+    # prepare() wraps the objective (DDP, autocast) but moves `model` in place: `model` stays the
+    # object to save, evaluate and checkpoint.
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
 
     history: dict[str, Any] = {"steps": [], "epochs": [], "learning_rate": learning_rate, "optimizer_steps": 0}
@@ -322,7 +324,7 @@ def train(
                 + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
                 + "; rerun with the same settings, or use --overwrite to start again"
             )
-        state = load_checkpoint(ckpt, accelerator.unwrap_model(objective).model, optimizer, scheduler)
+        state = load_checkpoint(ckpt, model, optimizer, scheduler)
         start_epoch, skip_batches, global_step = state["epoch"], state["batches_done"], state["global_step"]
         history = state["history"]
 
@@ -331,7 +333,7 @@ def train(
             return
         state = {"epoch": epoch, "batches_done": batches_done, "global_step": global_step, "history": history,
                  "run": run_shape}
-        save_checkpoint(out, accelerator.unwrap_model(objective).model, optimizer, scheduler, state)
+        save_checkpoint(out, model, optimizer, scheduler, state)
 
     for epoch in range(start_epoch, settings.epochs):
         started = time.perf_counter()
@@ -381,7 +383,7 @@ def train(
                     break
                 if step_callback is not None:
                     called = time.perf_counter()
-                    stop = step_callback(accelerator.unwrap_model(objective).model, global_step, losses[-1])
+                    stop = step_callback(model, global_step, losses[-1])
                     callback_seconds += time.perf_counter() - called
                     if stop:
                         stop_after_steps = global_step
@@ -393,7 +395,7 @@ def train(
             "seconds": time.perf_counter() - started - callback_seconds,
         }
         if evaluate_fn is not None:
-            record["validation"] = evaluate_fn(accelerator.unwrap_model(objective).model)
+            record["validation"] = evaluate_fn(model)
         history["epochs"].append(record)
         history["optimizer_steps"] = global_step
         skip_batches = 0
@@ -403,19 +405,19 @@ def train(
         if settings.early_stopping_patience and "validation" in record:
             loss = record["validation"]["cross_entropy"]
             if best is None or loss < best["cross_entropy"]:
-                state = accelerator.unwrap_model(objective).model.state_dict()
+                state = model.state_dict()
                 best = {"epoch": epoch + 1, "cross_entropy": loss, "state": {k: v.detach().clone() for k, v in state.items()}}
             elif epoch + 1 - best["epoch"] >= settings.early_stopping_patience:
                 break
     if best is not None:
         if best["epoch"] != history["epochs"][-1]["epoch"]:
-            accelerator.unwrap_model(objective).model.load_state_dict(best["state"])
+            model.load_state_dict(best["state"])
         history["early_stopping"] = {
             "best_epoch": best["epoch"],
             "best_cross_entropy": best["cross_entropy"],
             "stopped_after_epoch": history["epochs"][-1]["epoch"],
         }
-    accelerator.unwrap_model(objective).model.eval()
+    model.eval()
     return history
 
 
