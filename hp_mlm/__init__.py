@@ -7,6 +7,7 @@ Importing the package loads no model, reads no file and touches no network.
 
 from __future__ import annotations
 
+import os
 from importlib import metadata
 
 __version__ = "0.1.0"
@@ -29,3 +30,5 @@ def _check_versions() -> None:
 
 
 _check_versions()
+# Quiet the tokenizers fork warning that older versions print into notebooks (a user's value wins).
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

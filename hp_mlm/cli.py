@@ -7,8 +7,9 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
-from .config import MASKING_STRATEGIES, PROFILES, RECIPES, Settings, get_settings
+from .config import MASKING_STRATEGIES, PADDINGS, PRECISIONS, PROFILES, RECIPES, SCHEDULES, Settings, get_settings
 
 #: Flags whose names differ from the setting they set.
 FLAG_NAMES = {"learning_rate": "--lr"}
@@ -39,7 +40,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "mlm_probability": "fraction of tokens masked, in (0, 1)",
         "validation_fraction": "fraction of rows held out for validation, in [0, 1)",
         "seed": "random seed for split, shuffling, masks and dropout",
-        "recipe": f"{' or '.join(RECIPES)}: 'seed' reproduces the original tutorial",
+        "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
+        "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
+        "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
         "masking": f"{' or '.join(MASKING_STRATEGIES)}: every chosen token -> mask token, or BERT's 80/10/10",
     }
     for f in fields(Settings):
@@ -51,7 +54,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
                                 help=helps.get(f.name, f"setting {f.name} (default from profile)"))
             continue
-        choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES}.get(f.name)
+        choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES, "precision": PRECISIONS, "schedule": SCHEDULES,
+                   "padding": PADDINGS}.get(f.name)
         parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
                             help=helps.get(f.name, f"setting {f.name} (default from profile)"))
     parser.add_argument("--profile", choices=PROFILES, default=None,
@@ -78,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     _add_setting_flags(c)
     c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
+    c.add_argument("--seeds", type=int, default=3, help="runs per option, with seeds seed, seed+1, ...")
 
     p = sub.add_parser("predict", help="fill in [MASK] tokens with a model")
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
@@ -102,8 +107,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .job import default_probes, run_job
 
     settings = _settings(args)
-    run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite, resume=args.resume,
-            push_to_hub=args.push_to_hub)
+    metrics = run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite,
+                      resume=args.resume, push_to_hub=args.push_to_hub)
+    print(format_report(metrics))
     print(f"\nsaved to {settings.output_dir}/ (model/, metrics.json, history.json, loss_curve.png, before_after.png)")
     return 0
 
@@ -129,8 +135,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .evaluation import evaluate
-    from .job import prepare
     from .masking import freeze_masks
+    from .prepare import prepare
 
     settings = _settings(args)
     prep = prepare(settings)
@@ -140,7 +146,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 
         frozen = freeze_masks(concatenate_datasets([prep.train_tokens, prep.validation_tokens]), prep.loaded.tokenizer,
                               settings.mlm_probability, settings.seed)
-    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size)
+    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=prep.precision)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -148,9 +154,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .job import DEFAULT_OPTIONS, compare_options
+    from .common import atomic_write_text
     from .plots import plot_options, save_figure
-    from .training import atomic_write_text
+    from .study import DEFAULT_OPTIONS, compare_options, options_table, summarise
 
     settings = _settings(args)
     options = DEFAULT_OPTIONS
@@ -159,28 +165,42 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)}; choose from {list(DEFAULT_OPTIONS)}")
         options = {k: v for k, v in DEFAULT_OPTIONS.items() if k in args.only}
-    rows = compare_options(settings, options)
-    table = options_table(rows)
+    rows = compare_options(settings, options, seeds=args.seeds)
+    summary = summarise(rows)
+    table = options_table(summary)
     out = Path(settings.output_dir)
-    atomic_write_text(out / "comparison.json", json.dumps({"settings": settings.as_dict(), "rows": rows}, indent=2))
+    atomic_write_text(out / "comparison.json", json.dumps({"settings": settings.as_dict(), "rows": rows,
+                                                           "summary": summary}, indent=2))
     atomic_write_text(out / "comparison.md", table + "\n")
-    save_figure(plot_options(rows), out / "comparison.png")
+    save_figure(plot_options(summary), out / "comparison.png")
     print(table)
     print(f"\nsaved to {settings.output_dir}/ (comparison.json, comparison.md, comparison.png)")
     return 0
 
 
-def options_table(rows: Sequence[dict]) -> str:
-    """A markdown table of ``job.compare_options`` rows (accuracies in %)."""
-
-    def pct(value) -> str:
-        return "n/a" if value is None else f"{100 * value:.1f}"
-
-    lines = ["| option | top-1 % | top-5 % | entity top-1 % | word-piece top-1 % | perplexity | epochs | seconds |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
-    for r in rows:
-        lines.append(f"| {r['option']} | {pct(r['top1'])} | {pct(r['top5'])} | {pct(r['entity_top1'])} | "
-                     f"{pct(r['word_piece_top1'])} | {r['perplexity']:.1f} | {r['epochs_run']} | {r['seconds']:.0f} |")
+def format_report(metrics: dict[str, Any]) -> str:
+    """A plain-text before/after table, example predictions and probe hits."""
+    b, a = metrics["before"], metrics["after"]
+    lines = [
+        "",
+        f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
+        f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
+        f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
+        f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
+        f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
+    ]
+    o = metrics["original_tutorial_accuracy"]
+    lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
+    p = metrics["probes"]
+    if p["after"]["n"]:
+        lines.append(f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}")
+    lines.append("")
+    for example in metrics["examples"]:
+        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
+        lines.append(f"{example['text']}  ->  {guesses}")
+    for row in p["after"]["rows"]:
+        mark = "right" if row["hit_top1"] else "wrong"
+        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
     return "\n".join(lines)
 
 

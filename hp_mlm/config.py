@@ -14,20 +14,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-#: Names that stand for the project's own tiny model and corpus (never a Hub id: they hold a colon).
-SMOKE_MODEL = "hp_mlm:smoke-bert"
-SMOKE_DATASET = "hp_mlm:smoke-corpus"
-#: Corpora shipped inside the package (written for this course), by name -> file in ``hp_mlm/data``.
-PACKAGE_DATASETS = {SMOKE_DATASET: "smoke_corpus.txt", "hp_mlm:products": "products.txt"}
-#: Probes shipped with those corpora.
-PACKAGE_PROBES = {SMOKE_DATASET: "smoke_probes.jsonl", "hp_mlm:products": "products_probes.jsonl"}
+from .common import PRECISIONS
+from .profiles import (  # noqa: F401 - the names the rest of the package reads from config
+    COURSE_DATASET,
+    MASKING_STRATEGIES,
+    NEW_HEAD,
+    OFFLINE_MODEL,
+    ORIGINAL_RECIPE,
+    PACKAGE_DATASETS,
+    PACKAGE_PROBES,
+    PADDINGS,
+    PRETRAINED_HEAD,
+    PROFILE_OVERRIDES,
+    PROFILES,
+    RECIPES,
+    SCHEDULES,
+    SMOKE_DATASET,
+    SMOKE_MODEL,
+)
 
 PROFILE_ENV = "HP_MLM_PROFILE"
 ENV_PREFIX = "HP_MLM_"
-PROFILES = ("full", "quick", "smoke")
-RECIPES = ("course", "seed")
-SCHEDULES = ("linear", "constant")
-MASKING_STRATEGIES = ("mask", "bert", "whole_word", "entity")
 
 
 @dataclass(frozen=True)
@@ -52,8 +59,10 @@ class Settings:
         epochs: passes over the training rows (at most; see ``early_stopping_patience``).
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
-        learning_rate: peak AdamW learning rate; ``None`` means "auto": 5e-5 when the model's
-            MLM head was pretrained, 2e-4 when it was newly initialised (measured, see README).
+        learning_rate: peak AdamW learning rate; ``None`` means "auto": ``PRETRAINED_HEAD``'s
+            5e-5 when the model's MLM head was pretrained, ``NEW_HEAD``'s rate when it is new.
+        precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
+            else fp32), ``fp32``, ``bf16`` or ``fp16`` (GPU only); training and evaluation alike.
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm.
         warmup_fraction: fraction in [0, 1) of the optimiser steps spent warming up linearly.
         max_grad_norm: gradient clipping threshold (L2 norm); ``0`` turns clipping off.
@@ -65,8 +74,12 @@ class Settings:
             profile by default, ``outputs/<profile>``, so runs of different profiles never collide).
         split_long_rows: cut a row longer than ``max_length`` into several rows instead of
             truncating it (no text is lost, more rows to train on).
-        recipe: ``"course"`` (this course) or ``"seed"`` (the original tutorial, reproduced).
-        schedule: ``"linear"`` (warmup then linear decay) or ``"constant"``.
+        recipe: ``"course"`` (this course) or ``"original"`` (the original tutorial, reproduced:
+            sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
+        schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
+            flat) or ``"auto"`` (linear for a pretrained head, ``NEW_HEAD``'s for a new one).
+        padding: ``"batch"`` (each batch to its own longest row) or ``"dataset"`` (every row to
+            the longest row of the dataset, the original's way, which also labels the padding).
         mask_once: draw each training row's masks once, before training (the original tutorial's
             static masks), instead of afresh for every batch.
         label_all_tokens: label every real token, not only the masked ones (the original
@@ -94,6 +107,7 @@ class Settings:
     epochs: int = 3
     early_stopping_patience: int = 0
     learning_rate: float | None = None
+    precision: str = "auto"
     weight_decay: float = 0.01
     warmup_fraction: float = 0.1
     max_grad_norm: float = 1.0
@@ -103,7 +117,8 @@ class Settings:
     eval_batch_size: int = 32
     output_dir: str = "outputs/full"
     recipe: str = "course"
-    schedule: str = "linear"
+    schedule: str = "auto"
+    padding: str = "batch"
     mask_once: bool = False
     label_all_tokens: bool = False
     group_by_length: bool = True
@@ -114,46 +129,23 @@ class Settings:
     profile: str = "full"
 
     def __post_init__(self) -> None:
+        if self.recipe == "seed":
+            object.__setattr__(self, "recipe", "original")
         validate(self)
 
     def replace(self, **changes: Any) -> Settings:
-        """Return a copy with ``changes`` applied (and validated)."""
+        """Return a copy with ``changes`` applied (and validated).
+
+        Changing ``recipe`` to ``original`` also applies ``ORIGINAL_RECIPE`` (except the keys
+        in ``changes``), as :func:`get_settings` does.
+        """
+        if changes.get("recipe") in ("original", "seed"):
+            changes = {**ORIGINAL_RECIPE, **changes}
         return dataclasses.replace(self, **changes)
 
     def as_dict(self) -> dict[str, Any]:
         """The settings as a plain JSON-serialisable dict."""
         return dataclasses.asdict(self)
-
-
-#: What each profile changes relative to the ``full`` defaults.
-PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
-    # The course as published: bert-base-uncased on 10% of the Harry Potter rows.
-    "full": {},
-    # A CPU laptop in a workshop: fewer rows, shorter rows, one epoch.
-    "quick": {
-        "split": "train[:600]",
-        "max_length": 128,
-        "epochs": 1,
-        "max_validation_rows": 100,
-        "checkpoint_every": 0,
-        "output_dir": "outputs/quick",
-    },
-    # CI: the project's own tiny BERT and corpus, seconds per run, no network.
-    "smoke": {
-        "model": SMOKE_MODEL,
-        "dataset": SMOKE_DATASET,
-        "split": "train",
-        "max_length": 64,
-        "epochs": 40,
-        "batch_size": 16,
-        "learning_rate": 3e-3,
-        "warmup_fraction": 0.05,
-        "validation_fraction": 0.15,
-        "checkpoint_every": 0,
-        "eval_batch_size": 64,
-        "output_dir": "outputs/smoke",
-    },
-}
 
 
 def validate(settings: Settings) -> None:
@@ -183,8 +175,9 @@ def validate(settings: Settings) -> None:
             raise ValueError(f"{name} must be >= 0, got {getattr(s, name)}")
     if s.recipe not in RECIPES:
         raise ValueError(f"recipe must be one of {RECIPES}, got {s.recipe!r}")
-    if s.schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}, got {s.schedule!r}")
+    for name, allowed in (("schedule", SCHEDULES), ("padding", PADDINGS), ("precision", PRECISIONS)):
+        if getattr(s, name) not in allowed:
+            raise ValueError(f"{name} must be one of {allowed}, got {getattr(s, name)!r}")
     if s.masking not in MASKING_STRATEGIES:
         raise ValueError(f"masking must be one of {MASKING_STRATEGIES}, got {s.masking!r}")
     if s.profile not in PROFILES:
@@ -270,23 +263,30 @@ def get_settings(
     unknown = set(overrides) - known
     if unknown:
         raise ValueError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
+    chosen = {**env_overrides(environ), **{k: v for k, v in overrides.items() if v is not None}}
     values: dict[str, Any] = dict(PROFILE_OVERRIDES[name])
-    values.update(env_overrides(environ))
-    values.update({k: v for k, v in overrides.items() if v is not None})
+    if chosen.get("recipe", values.get("recipe")) in ("original", "seed"):
+        values.update(ORIGINAL_RECIPE)  # above the profile, below variables and flags
+    values.update(chosen)
     values["profile"] = name
     return Settings(**values)
 
 
-def resolve_learning_rate(settings: Settings, head_newly_initialised: bool) -> float:
-    """The learning rate to use: the explicit one, else the measured default for this model.
+def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:
+    """Settings with ``learning_rate`` and ``schedule`` made concrete for this model.
 
-    Args:
-        head_newly_initialised: True when the checkpoint had no MLM head weights.
-    Returns:
-        The peak learning rate. The ``seed`` recipe always uses the original tutorial's 1e-5.
+    Unset (``None`` / ``"auto"``) values become ``NEW_HEAD``'s when the checkpoint's MLM head is
+    new (it starts random and needs a higher, held rate: see benchmarks/new_head_study.py), else
+    ``PRETRAINED_HEAD``'s (the standard fine-tuning defaults). Explicit values are kept.
     """
-    if settings.recipe == "seed" and settings.learning_rate is None:
-        return 1e-5
-    if settings.learning_rate is not None:
-        return settings.learning_rate
-    return 2e-4 if head_newly_initialised else 5e-5
+    defaults = NEW_HEAD if head_newly_initialised else PRETRAINED_HEAD
+    return dataclasses.replace(
+        settings,
+        learning_rate=defaults["learning_rate"] if settings.learning_rate is None else settings.learning_rate,
+        schedule=defaults["schedule"] if settings.schedule == "auto" else settings.schedule,
+    )
+
+
+def resolve_learning_rate(settings: Settings, head_newly_initialised: bool) -> float:
+    """The peak learning rate :func:`resolve_auto` gives (the ``original`` recipe's is 1e-5)."""
+    return resolve_auto(settings, head_newly_initialised).learning_rate

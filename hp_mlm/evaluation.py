@@ -7,35 +7,18 @@ tokens; ``original_tutorial_accuracy`` reproduces the original tutorial's measur
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from .common import autocast, inference_mode, mlm_logits, model_device
 from .masking import IGNORE_INDEX, in_multi_piece_word
 from .tokens import pad_batch
-from .training import mlm_logits
-
-
-@contextlib.contextmanager
-def inference_mode(model: nn.Module) -> Iterator[nn.Module]:
-    """Switch ``model`` to eval mode (dropout off) under ``torch.no_grad``, then restore its mode."""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield model
-    finally:
-        model.train(was_training)
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def evaluate(
@@ -44,6 +27,7 @@ def evaluate(
     tokenizer: PreTrainedTokenizerBase,
     batch_size: int = 32,
     top_k: int = 5,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """Masked-token accuracy on rows whose masks were frozen by ``masking.freeze_masks``.
 
@@ -54,6 +38,8 @@ def evaluate(
 
     Args:
         frozen_rows: dicts with ``input_ids`` (masked), ``attention_mask``, ``labels`` (lists of int).
+        precision: ``fp32``, ``bf16`` or ``fp16``: the autocast the forward pass runs under (use
+            the training run's, ``common.resolve_precision``); the loss is computed in fp32.
     Returns:
         ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "kinds", "seconds"}``:
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
@@ -63,7 +49,7 @@ def evaluate(
         ValueError: if no row has a masked position.
     """
     started = time.perf_counter()
-    device = _device(model)
+    device = model_device(model)
     n = hits1 = hitsk = 0
     loss_sum = 0.0
     kinds: dict[str, list[int]] = {}  # kind -> [top-1 hits, positions]
@@ -75,7 +61,8 @@ def evaluate(
             target = labels != IGNORE_INDEX
             if not bool(target.any()):
                 continue
-            logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
+            with autocast(precision, device):
+                logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
             logits = logits.float()
             gold = labels[target]
             loss_sum += nn.functional.cross_entropy(logits, gold, reduction="sum").item()
@@ -126,49 +113,50 @@ def original_tutorial_accuracy(
     texts: Sequence[str],
     generator: torch.Generator | None = None,
     max_length: int = 512,
+    batch_size: int = 32,
+    precision: str = "fp32",
 ) -> dict[str, Any]:
     """The original tutorial's accuracy measurement, reproduced for comparison (not a sound metric).
 
-    As in the original: one text at a time (batch size 1); in each, *one* position drawn at
-    random from all of its positions, so ``[CLS]`` or ``[SEP]`` may be the one masked and scored
-    (easy guesses once a model is trained with labels everywhere); a fresh draw on every call,
-    so a "before" and an "after" call score different positions; typically run on the training
-    rows. Kept sound where the original was not: eval mode and ``no_grad``, the mask id asked
-    from the tokenizer, truncation at ``max_length`` (the original crashed on longer rows), and
-    an optional ``generator`` so a call can be repeated.
+    What it keeps of the original: in each text, *one* position drawn at random from all of its
+    positions, so ``[CLS]`` or ``[SEP]`` may be the one masked and scored (easy guesses once a
+    model is trained with labels everywhere); a fresh draw on every call, so a "before" and an
+    "after" call score different positions; typically run on the training rows. What it changes,
+    none of which changes a prediction: texts are scored in padded batches (the original ran one
+    text at a time; with the attention mask, padding does not change the logits beyond float
+    rounding, which a test checks), the vocabulary projection runs only at the scored position,
+    eval mode and ``no_grad``, the mask id asked from the tokenizer, and truncation at
+    ``max_length`` (the original crashed on longer rows).
 
+    Args:
+        generator: draws the positions (pass a seeded one to repeat a call exactly).
+        batch_size: texts per forward pass.
     Returns:
-        ``{"accuracy", "n_positions", "n_rows", "seconds"}``; accuracy is a fraction in [0, 1]
-        and ``n_positions`` equals ``n_rows`` (one scored position per row).
+        ``{"accuracy", "n_positions", "n_rows", "seconds"}``; accuracy is a fraction in [0, 1],
+        or None when ``texts`` is empty (nothing scored); ``n_positions`` equals ``n_rows``.
     """
     started = time.perf_counter()
-    device = _device(model)
+    device = model_device(model)
     correct = 0
     with inference_mode(model):
-        for text in texts:
-            ids = tokenizer(text, return_tensors="pt", truncation=True, max_length=max_length)["input_ids"]
-            position = int(torch.randint(ids.shape[1], (1,), generator=generator))
-            masked = ids.clone()
-            masked[0, position] = tokenizer.mask_token_id
-            logits = model(input_ids=masked.to(device)).logits
-            correct += int(logits[0, position].argmax().item() == ids[0, position].item())
+        for start in range(0, len(texts), batch_size):
+            enc = tokenizer(list(texts[start : start + batch_size]), truncation=True, max_length=max_length,
+                            padding=True, return_tensors="pt")
+            lengths = enc["attention_mask"].sum(dim=1)
+            # One position per text, uniform over its real tokens ([CLS] and [SEP] included), drawn in order.
+            chosen = torch.cat([torch.randint(int(n), (1,), generator=generator) for n in lengths])
+            rows = torch.arange(len(lengths))
+            truth = enc["input_ids"][rows, chosen]
+            masked = enc["input_ids"].clone()
+            masked[rows, chosen] = tokenizer.mask_token_id
+            where = torch.zeros_like(masked, dtype=torch.bool)
+            where[rows, chosen] = True
+            with autocast(precision, device):
+                logits = mlm_logits(model, masked.to(device), enc["attention_mask"].to(device), where.to(device))
+            correct += int((logits.argmax(dim=-1).cpu() == truth).sum())
     return {
-        "accuracy": correct / len(texts) if texts else 0.0,
+        "accuracy": correct / len(texts) if len(texts) else None,
         "n_positions": len(texts),
         "n_rows": len(texts),
         "seconds": time.perf_counter() - started,
     }
-
-
-def masked_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> float:
-    """Top-1 accuracy over positions whose label is not -100.
-
-    Args:
-        logits: FloatTensor[..., vocab]; labels: LongTensor[...] with -100 off the scored positions.
-    Returns:
-        A fraction in [0, 1]; 0.0 when no position is labelled.
-    """
-    target = labels != IGNORE_INDEX
-    if not bool(target.any()):
-        return 0.0
-    return (logits.argmax(dim=-1)[target] == labels[target]).float().mean().item()

@@ -15,7 +15,7 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .evaluation import inference_mode
+from .common import inference_mode
 
 #: The course's example sentences (the last one has two masks).
 EXAMPLE_SENTENCES = (

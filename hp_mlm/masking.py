@@ -1,33 +1,31 @@
 """Masking: choose ``mlm_probability`` of the real tokens, hide them, and label only those.
 
 Taught in ``notebooks/02_masking.ipynb`` (strategies compared in ``05_going_further``). Every id
-comes from the tokenizer (no literal BERT ids). Strategies:
+comes from the tokenizer. Strategies:
 
-- ``"mask"`` (the course's scheme): each token chosen independently; every chosen token becomes
-  the mask token.
+- ``"mask"`` (the course's scheme): each token chosen independently, each becomes the mask token.
 - ``"bert"``: the same choice; 80% of chosen tokens become the mask token, 10% a random token,
   10% stay (Devlin et al. 2019, section 3.1; as ``DataCollatorForLanguageModeling``).
 - ``"whole_word"``: whole words are chosen, so all pieces of a word are masked together and a
   ``##`` piece is never a target alone (Google's whole-word-masking BERT release, 2019).
-- ``"entity"``: whole words, with names from the corpus (see :func:`find_entities`) chosen
+- ``"entity"``: whole words, with names from the corpus (see ``entities.find_entities``) chosen
   ``ENTITY_BOOST`` times as often as other words, at the same overall rate.
 """
 
 from __future__ import annotations
 
-import re
 import weakref
-from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from .common import generator as seeded_generator
+from .config import MASKING_STRATEGIES as STRATEGIES
 from .tokens import pad_batch
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
-STRATEGIES = ("mask", "bert", "whole_word", "entity")
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
 ENTITY_BOOST = 4.0
 
@@ -178,66 +176,11 @@ def entity_probabilities(entity: torch.Tensor, selectable: torch.Tensor, mlm_pro
     return torch.where(entity, (ENTITY_BOOST * other).clamp(max=1.0), other).float()
 
 
-def find_entities(texts: Sequence[str], min_count: int = 3, capitalised_share: float = 0.9) -> list[str]:
-    """Names of people, places and things in a corpus, found offline from capitalisation.
-
-    A word counts as an entity when it appears at least ``min_count`` times capitalised *not* at
-    the start of a sentence, and is capitalised in at least ``capitalised_share`` of all its
-    appearances (so "The" or "But" never qualify, "Dorothy" and "Emerald" do).
-
-    Words are runs of letters (BERT's pre-tokenizer splits at apostrophes and hyphens); "I" and
-    one-letter words never count.
-
-    Returns:
-        Lower-cased entity words, most frequent first.
-    """
-    word = re.compile(r"[^\W\d_]+")  # letters only: BERT's pre-tokenizer splits at ' and -
-    inside, total, capital = Counter(), Counter(), Counter()
-    for text in texts:
-        for m in word.finditer(text or ""):
-            token = m.group()
-            key = token.lower()
-            total[key] += 1
-            if token[0].isupper():
-                capital[key] += 1
-                before = text[: m.start()].rstrip()
-                sentence_start = not before or before[-1] in ".!?\"“”'‘’:;(—-"
-                if not sentence_start:
-                    inside[key] += 1
-    found = [k for k, n in inside.items() if n >= min_count and capital[k] >= capitalised_share * total[k] and len(k) > 1]
-    return sorted(found, key=lambda k: (-inside[k], k))
-
-
-def find_entities_spacy(texts: Sequence[str], model: str = "en_core_web_sm", min_count: int = 2) -> list[str]:
-    """Entity words found by a spaCy model you have installed (people, places, organisations, things).
-
-    Raises:
-        ImportError: spaCy or the model is not installed (says how to install it, or to use
-            :func:`find_entities`, which needs nothing).
-    """
-    try:
-        import spacy
-
-        nlp = spacy.load(model, disable=["parser", "lemmatizer"])
-    except (ImportError, OSError) as error:
-        raise ImportError(
-            f"spaCy model {model!r} is not available ({error}); install it with "
-            f"'pip install spacy && python -m spacy download {model}', or use find_entities()"
-        ) from None
-    kinds = {"PERSON", "GPE", "LOC", "ORG", "FAC", "NORP", "PRODUCT", "WORK_OF_ART"}
-    counts: Counter = Counter()
-    for doc in nlp.pipe(t for t in texts if t):
-        for ent in doc.ents:
-            if ent.label_ in kinds:
-                counts.update(w.lower() for w in re.findall(r"[^\W\d_]+", ent.text))
-    return [k for k, n in counts.most_common() if n >= min_count]
-
-
 class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
     Use as a ``DataLoader`` ``collate_fn``. Batch ``b`` of epoch ``e`` draws its masks from a
-    generator seeded with ``(seed, e, b)``: every batch gets different masks, and a run resumed
+    generator seeded with ``common.derive_seed(seed, "masks", e, b)``: every batch gets different masks, and a run resumed
     from a checkpoint redraws exactly the masks it would have drawn (call :meth:`start_epoch`
     with the epoch and the number of batches already done). ``label_all_tokens=True`` labels
     every real token (an ablation: the original tutorial's labels).
@@ -268,8 +211,7 @@ class MaskingCollator:
         self.epoch, self.batch_index = epoch, batches_done
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        batch_seed = ((self.seed * 1_000_003 + self.epoch) * 1_000_003 + self.batch_index) % 2**63
-        generator = torch.Generator().manual_seed(batch_seed)
+        generator = seeded_generator(self.seed, "masks", self.epoch, self.batch_index)
         self.batch_index += 1
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
         selectable = selectable_positions(
@@ -302,7 +244,7 @@ def freeze_masks(
 ) -> list[dict[str, list[int]]]:
     """Draw evaluation masks once, row by row, so that every evaluation scores the same positions.
 
-    Row ``i``'s masks come from a generator seeded with ``(seed, i)``, so they do not depend on
+    Row ``i``'s masks come from a generator seeded with ``derive_seed(seed, "frozen", i)``, so they do not depend on
     batching or on which other rows are present (the Hugging Face course, chapter 7, freezes
     evaluation masks the same way).
 
@@ -320,7 +262,7 @@ def freeze_masks(
         special = torch.tensor([row["special_tokens_mask"]]) if "special_tokens_mask" in row else None
         entity = torch.tensor([row["entity_mask"]]) if "entity_mask" in row else None
         selectable = selectable_positions(ids, tokenizer, special)
-        generator = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        generator = seeded_generator(seed, "frozen", i)
         masked, labels = mask_tokens(ids, selectable, tokenizer, mlm_probability, generator, strategy, entity)
         if label_all_tokens:
             labels = label_everything(ids, torch.ones_like(ids))
@@ -331,7 +273,7 @@ def freeze_masks(
     return frozen
 
 
-def seed_recipe_batches(
+def original_batches(
     rows: Sequence[dict[str, Any]],
     tokenizer: PreTrainedTokenizerBase,
     mlm_probability: float = 0.15,

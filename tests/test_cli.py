@@ -102,8 +102,45 @@ def test_help_lists_every_required_flag():
         assert flag in result.stdout
 
 
-def test_seed_recipe_runs_end_to_end(tmp_path):
-    settings = get_settings("smoke", environ={}, output_dir=str(tmp_path), progress=False, recipe="seed", epochs=2)
-    metrics = run_job(settings, log=lambda _: None)
-    assert metrics["learning_rate"] == 3e-3  # the smoke profile sets one; unset, seed uses 1e-5
+def test_original_recipe_runs_end_to_end_and_seed_is_the_same_run(tmp_path):
+    runs = {}
+    for name in ("original", "seed"):
+        settings = get_settings("smoke", environ={}, output_dir=str(tmp_path / name), progress=False, recipe=name,
+                                epochs=2)
+        runs[name] = run_job(settings, log=lambda _: None)
+    metrics = runs["original"]
+    assert metrics["learning_rate"] == 1e-5  # the recipe's rate wins over the profile's
+    assert metrics["settings"]["padding"] == "dataset" and metrics["settings"]["max_grad_norm"] == 0.0
     assert metrics["after"]["n_positions"] == metrics["before"]["n_positions"]
+    assert {**runs["seed"]["settings"], "output_dir": ""} == {**metrics["settings"], "output_dir": ""}
+    assert runs["seed"]["after"]["cross_entropy"] == metrics["after"]["cross_entropy"]
+
+
+def test_metrics_time_every_phase_and_name_the_run(smoke_run):
+    _, metrics = smoke_run
+    seconds = metrics["seconds"]
+    phases = ("load", "tokenise", "evaluate_before", "train", "evaluate_after", "predict", "save")
+    assert set(phases) | {"total", "train_clock"} <= set(seconds)
+    assert all(seconds[p] >= 0 for p in phases)
+    assert sum(seconds[p] for p in phases) <= seconds["total"] + 1e-6
+    assert 0 < seconds["train_clock"] <= seconds["train"] + 1e-6
+    assert metrics["run"] == {"device": "cpu", "processes": 1, "precision": metrics["run"]["precision"]}
+    assert metrics["run"]["precision"] in ("fp32", "bf16")
+
+
+def test_the_after_is_the_last_epochs_validation_not_a_second_evaluation(tmp_path, monkeypatch):
+    from hp_mlm import job
+
+    calls = []
+    real = job.evaluate
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(job, "evaluate", counting)
+    settings = get_settings("smoke", environ={}, output_dir=str(tmp_path), progress=False, epochs=3)
+    metrics = run_job(settings, log=lambda _: None)
+    assert len(calls) == 1 + 3  # before, then once per epoch
+    history = json.loads((tmp_path / "history.json").read_text())
+    assert metrics["after"] == history["epochs"][-1]["validation"]

@@ -56,9 +56,27 @@ def test_unknown_profile_and_setting_are_refused():
         get_settings("full", environ={}, colour="red")
 
 
-def test_learning_rate_auto_depends_on_whether_the_head_is_new():
+def test_new_head_policy_applies_only_to_a_new_head():
+    from hp_mlm.config import NEW_HEAD, PRETRAINED_HEAD, resolve_auto
+
     s = Settings()
-    assert resolve_learning_rate(s, head_newly_initialised=True) == 2e-4
-    assert resolve_learning_rate(s, head_newly_initialised=False) == 5e-5
+    new, pretrained = resolve_auto(s, head_newly_initialised=True), resolve_auto(s, head_newly_initialised=False)
+    assert (new.learning_rate, new.schedule) == (NEW_HEAD["learning_rate"], NEW_HEAD["schedule"])
+    assert (pretrained.learning_rate, pretrained.schedule) == (5e-5, "linear") == tuple(PRETRAINED_HEAD.values())
+    assert NEW_HEAD != PRETRAINED_HEAD
     assert resolve_learning_rate(s.replace(recipe="seed"), head_newly_initialised=True) == 1e-5
-    assert resolve_learning_rate(s.replace(learning_rate=3e-4), head_newly_initialised=False) == 3e-4
+    assert resolve_auto(s.replace(recipe="original"), head_newly_initialised=True).schedule == "constant"
+    # explicit choices are kept, whatever the head
+    explicit = resolve_auto(s.replace(learning_rate=3e-4, schedule="linear"), head_newly_initialised=True)
+    assert (explicit.learning_rate, explicit.schedule) == (3e-4, "linear")
+
+
+def test_original_recipe_is_settings_below_variables_and_flags():
+    from hp_mlm.config import ORIGINAL_RECIPE
+
+    s = get_settings("full", environ={}, recipe="original")
+    assert all(getattr(s, k) == v for k, v in ORIGINAL_RECIPE.items())
+    assert get_settings("full", environ={}, recipe="seed") == s  # the alias gives the same settings
+    assert get_settings("full", environ={"HP_MLM_LEARNING_RATE": "3e-5"}, recipe="original").learning_rate == 3e-5
+    assert get_settings("full", environ={}, recipe="original", max_grad_norm=0.5).max_grad_norm == 0.5
+    assert get_settings("full", environ={}).padding == "batch"

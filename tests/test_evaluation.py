@@ -1,23 +1,13 @@
 import torch
 from helpers import SENTENCES, tokenised
 
-from hp_mlm.evaluation import evaluate, masked_accuracy, original_tutorial_accuracy
+from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
 from hp_mlm.training import masked_lm_loss
 
 
 def frozen(tokenizer, texts=SENTENCES, p=0.3, seed=0):
     return freeze_masks(tokenised(tokenizer, texts), tokenizer, p, seed)
-
-
-def test_accuracy_counts_only_labelled_positions():
-    labels = torch.tensor([[-100, -100, 7, -100, -100]])
-    logits = torch.zeros(1, 5, 10)
-    for pos, token in enumerate([1, 2, 3, 4, 5]):  # right at every position but the labelled one
-        logits[0, pos, token] = 1.0
-    assert masked_accuracy(logits, labels) == 0.0
-    logits[0, 2, 7] = 5.0
-    assert masked_accuracy(logits, labels) == 1.0
 
 
 def test_evaluation_scores_the_frozen_positions_only(smoke_tokenizer, smoke_model):
@@ -86,3 +76,13 @@ def test_original_tutorial_accuracy_scores_one_random_position_per_row_specials_
     lengths = [len(smoke_tokenizer(t)["input_ids"]) for t in texts]
     expected = sum(int(torch.randint(n, (1,), generator=generator)) == 0 for n in lengths)
     assert expected > 0 and cls_only["accuracy"] == expected / len(texts)
+
+
+def test_batched_original_accuracy_scores_the_same_positions_as_one_row_at_a_time(smoke_tokenizer, smoke_model):
+    texts = [s * (1 + i % 3) for i, s in enumerate(SENTENCES * 3)]  # rows of different lengths: padding in batches
+    with torch.no_grad():
+        smoke_model.cls.predictions.bias.normal_(0, 3, generator=torch.Generator().manual_seed(0))  # confident guesses
+    one = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=1)
+    batched = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=7)
+    assert one["accuracy"] == batched["accuracy"] and one["n_rows"] == batched["n_rows"] == len(texts)
+    assert original_tutorial_accuracy(smoke_model, smoke_tokenizer, [])["accuracy"] is None  # nothing scored

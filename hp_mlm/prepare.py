@@ -1,0 +1,99 @@
+"""Preparation: everything before training, piece by piece (load, split, tokenise, freeze masks).
+
+The main job (``job.run_job``), the options study (``study``) and notebooks 03-05 start here:
+:func:`prepare` does all of it in one call and times each phase; each piece is also a public
+function of its step module, so a notebook can show one at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datasets import Dataset
+
+from .common import resolve_precision
+from .config import PACKAGE_PROBES, Settings, resolve_auto
+from .data import CorpusReport, load_corpus, train_validation_split
+from .entities import find_entities
+from .masking import freeze_masks
+from .models import LoadedModel, load_model, model_max_positions
+from .tokens import check_max_length, tokenize_rows
+
+
+@dataclass
+class Prepared:
+    """Everything the job needs before training.
+
+    Attributes:
+        settings: the run's settings, with ``learning_rate`` and ``schedule`` resolved for this
+            model (``config.resolve_auto``).
+        loaded: model, tokenizer and what the loader found.
+        report: rows loaded and dropped.
+        train_rows, validation_rows: raw text rows (a ``Dataset`` with one text column).
+        train_tokens, validation_tokens: tokenised rows (``input_ids``, ``attention_mask``,
+            ``special_tokens_mask``, ``length``).
+        frozen_validation: validation rows with masks frozen by ``settings.seed``.
+        learning_rate: the peak learning rate in use (``settings.learning_rate``).
+        entities: entity words found in the training rows (``entities.find_entities``); their
+            pieces are marked in the tokenised rows' ``entity_mask``.
+        precision: ``fp32``, ``bf16`` or ``fp16``, for training and evaluation alike.
+        seconds: wall time of each phase: ``{"load", "tokenise"}``.
+    """
+
+    settings: Settings
+    loaded: LoadedModel
+    report: CorpusReport
+    train_rows: Dataset
+    validation_rows: Dataset
+    train_tokens: Dataset
+    validation_tokens: Dataset
+    frozen_validation: list[dict[str, list[int]]]
+    learning_rate: float
+    entities: list[str]
+    precision: str = "fp32"
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def prepare(settings: Settings, model: str | None = None) -> Prepared:
+    """Load the model and the corpus, hold out validation rows, tokenise, and freeze evaluation masks.
+
+    Args:
+        model: load this model (id or folder) instead of ``settings.model``, e.g. a fine-tuned one.
+    Raises:
+        everything the loaders raise (see ``data.load_corpus``, ``models.load_model``), and
+        ValueError when ``max_length`` exceeds the model's limit, nothing is held out, or the
+        precision cannot run here (fp16 without a GPU: checked before any model is loaded).
+    """
+    started = time.perf_counter()
+    precision = resolve_precision(settings.precision)
+    loaded = load_model(model or settings.model, seed=settings.seed)
+    check_max_length(settings.max_length, model_max_positions(loaded.model))
+    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
+    train_rows, validation_rows = train_validation_split(
+        rows, settings.validation_fraction, settings.seed, settings.max_validation_rows
+    )
+    if len(validation_rows) == 0:
+        raise ValueError("validation_fraction is 0, so there is nothing to evaluate on; use e.g. 0.1")
+    loaded_at = time.perf_counter()
+    tok = loaded.tokenizer
+    entities = find_entities(train_rows[settings.text_column], settings.entity_min_count)
+    train_tokens, validation_tokens = (
+        tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
+        for part in (train_rows, validation_rows)
+    )
+    frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
+    settings = resolve_auto(settings, loaded.head_newly_initialised)
+    seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
+    return Prepared(settings, loaded, report, train_rows, validation_rows, train_tokens, validation_tokens, frozen,
+                    settings.learning_rate, entities, precision, seconds)
+
+
+def default_probes(settings: Settings) -> Path | None:
+    """The corpora shipped with the package come with probes; others have none unless ``--probes`` is given."""
+    if settings.dataset in PACKAGE_PROBES:
+        from importlib import resources
+
+        return Path(str(resources.files("hp_mlm") / "data" / PACKAGE_PROBES[settings.dataset]))
+    return None

@@ -1,0 +1,121 @@
+"""The options study: what each of the original tutorial's ideas and BERT's variants is worth.
+
+Taught in ``notebooks/05_going_further.ipynb``; ``python -m hp_mlm compare`` runs it. Every option
+is trained from the same start on the same rows, with the same few seeds, and scored on the same
+frozen held-out masks, so the table shows each option's mean and its spread over seeds, and a
+difference smaller than the spread is not read as a finding.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .callbacks import Validate
+from .config import Settings
+from .evaluation import evaluate
+from .models import load_model
+from .prepare import prepare
+from .training import train
+
+#: The options ``compare_options`` measures by default: name -> settings changed from the course's.
+DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
+    "course": {},
+    "warmup + linear decay": {"schedule": "linear"},
+    "static masks": {"mask_once": True},
+    "labels on every token": {"label_all_tokens": True},
+    "BERT 80/10/10": {"masking": "bert"},
+    "whole-word masking": {"masking": "whole_word"},
+    "entity masking": {"masking": "entity"},
+    "original recipe": {"recipe": "original"},
+}
+
+
+def compare_options(
+    settings: Settings,
+    options: dict[str, dict[str, Any]] | None = None,
+    seeds: int = 3,
+    log: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Fine-tune once per option and seed from the same start, on the same rows, and score each on
+    the same frozen validation masks.
+
+    Seeds ``settings.seed``, ``+1``, ... change the new head's initialisation (if any), the
+    shuffling, the masks and dropout; the split and the held-out masks stay those of ``settings.seed``.
+
+    Args:
+        options: name -> settings to change (default ``DEFAULT_OPTIONS``).
+        seeds: runs per option (>= 1).
+    Returns:
+        One dict per run: ``option``, ``seed``, ``top1``, ``top5`` (fractions), ``perplexity``,
+        ``entity_top1``, ``word_piece_top1`` (None when nothing of that kind was scored),
+        ``epochs_run``, ``seconds``; the first row is the model before training (``seed`` None).
+    Raises:
+        ValueError: ``seeds`` < 1.
+    """
+    if seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    options = DEFAULT_OPTIONS if options is None else options
+    prep = prepare(settings)
+    tok, base = prep.loaded.tokenizer, prep.settings
+
+    def score(model) -> dict[str, Any]:
+        return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=prep.precision)
+
+    rows = [_row("before fine-tuning", None, score(prep.loaded.model), 0, 0.0)]
+    for name, changes in options.items():
+        for k in range(seeds):
+            run = base.replace(seed=base.seed + k, **changes)
+            model = load_model(base.model, tok, seed=run.seed).model  # the same start for every option
+            started = time.perf_counter()
+            history = train(model, tok, prep.train_tokens, run,
+                            callbacks=[Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else ())
+            rows.append(_row(name, run.seed, score(model), len(history["epochs"]), time.perf_counter() - started))
+            log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")
+    return rows
+
+
+def _row(name: str, seed: int | None, result: dict[str, Any], epochs: int, seconds: float) -> dict[str, Any]:
+    kinds = result["kinds"]
+    return {"option": name, "seed": seed, "top1": result["top1"], "top5": result["top5"],
+            "perplexity": result["perplexity"], "entity_top1": kinds.get("entity", {}).get("top1"),
+            "word_piece_top1": kinds.get("word_piece", {}).get("top1"), "epochs_run": epochs, "seconds": seconds}
+
+
+def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per option, in first-seen order: ``n`` runs and ``mean``/``min``/``max`` of each metric
+    (``{metric: {"mean", "min", "max"}}``; a metric that is None in every run stays None)."""
+    summary: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        summary.setdefault(r["option"], {"option": r["option"], "runs": []})["runs"].append(r)
+    out = []
+    for item in summary.values():
+        entry: dict[str, Any] = {"option": item["option"], "n": len(item["runs"])}
+        for metric in ("top1", "top5", "perplexity", "entity_top1", "word_piece_top1", "seconds"):
+            values = [r[metric] for r in item["runs"] if r[metric] is not None]
+            entry[metric] = ({"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
+                             if values else None)
+        out.append(entry)
+    return out
+
+
+def options_table(summary: Sequence[dict[str, Any]]) -> str:
+    """A markdown table of :func:`summarise` output: mean and [min, max] over seeds (accuracies in %).
+
+    Wall times are left out on purpose: they differ from run to run; they are in the rows.
+    """
+
+    def cell(stat: dict[str, float] | None, scale: float = 100.0, digits: int = 1) -> str:
+        if stat is None:
+            return "n/a"
+        mean, low, high = (scale * stat[k] for k in ("mean", "min", "max"))
+        return f"{mean:.{digits}f}" if low == high else f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+    lines = ["| option | runs | top-1 % | top-5 % | entity top-1 % | perplexity |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for s in summary:
+        lines.append(f"| {s['option']} | {s['n']} | {cell(s['top1'])} | {cell(s['top5'])} | "
+                     f"{cell(s['entity_top1'])} | {cell(s['perplexity'], 1.0, 0)} |")
+    return "\n".join(lines)

@@ -1,0 +1,83 @@
+"""The shape of the package: each module imports only from the layers below it (ARCHITECTURE.md)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "hp_mlm"
+#: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
+LAYERS = [
+    {"common", "hub", "profiles"},  # helpers below every step
+    {"config"},
+    {"data", "models", "entities"},
+    {"tokens"},
+    {"masking"},
+    {"callbacks", "checkpoints"},
+    {"training"},
+    {"evaluation"},
+    {"inference"},
+    {"plots"},
+    {"prepare"},
+    {"job", "study"},
+    {"cli"},
+    {"__main__"},
+]
+LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
+
+
+def package_imports(source: str) -> set[str]:
+    """The hp_mlm modules a module's source imports (``from .x import``, ``import hp_mlm.x``, ``from . import x``)."""
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level == 1 and node.module:
+                found.add(node.module.split(".")[0])
+            elif node.level == 1:
+                found.update(alias.name for alias in node.names)
+            elif node.module and node.module.startswith("hp_mlm."):
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found.update(a.name.split(".")[1] for a in node.names if a.name.startswith("hp_mlm."))
+    return found
+
+
+def violations(sources: dict[str, str]) -> list[str]:
+    bad = []
+    for module, source in sources.items():
+        for target in sorted(package_imports(source)):
+            if target not in LAYER or module not in LAYER:
+                bad.append(f"{module} -> {target}: not placed in a layer")
+            elif LAYER[target] >= LAYER[module]:
+                bad.append(f"{module} (layer {LAYER[module]}) imports {target} (layer {LAYER[target]})")
+    return bad
+
+
+def package_sources() -> dict[str, str]:
+    return {p.stem: p.read_text(encoding="utf-8") for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+
+
+def test_every_module_has_a_layer():
+    assert set(package_sources()) == set(LAYER)
+
+
+def test_imports_follow_the_pipeline_order():
+    assert violations(package_sources()) == []
+
+
+@pytest.mark.parametrize("module, line", [
+    ("masking", "from .training import train"),  # an earlier step importing a later one
+    ("config", "from .cli import main"),
+    ("evaluation", "import hp_mlm.inference"),  # absolute spelling, inside a function too
+    ("tokens", "from . import masking"),
+    ("data", "from .models import load_model"),  # two modules of the same layer
+])
+def test_a_reversed_import_is_caught(module, line):
+    sources = package_sources()
+    sources[module] += f"\n\ndef _late():\n    {line}\n"
+    assert violations(sources), f"{line!r} in {module} was not caught"
+
+
+def test_no_module_is_longer_than_300_lines():
+    lengths = {name: len(source.splitlines()) for name, source in package_sources().items()}
+    assert max(lengths.values()) <= 300, lengths
