@@ -359,7 +359,8 @@ def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
         "seconds_per_epoch_kind": how,
         "final": final,
         "probes": {k: probe_scores[k] for k in ("hits_top1", "hits_topk", "n")},
-        "probe_rows": probe_scores["rows"],
+        # answers and guesses only: the probe sentences quote books the project did not write
+        "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in probe_scores["rows"]],
         "curve": curve,
         "steps": steps,
         "target_cross_entropy": target_ce,
@@ -527,7 +528,7 @@ def markdown(report: dict[str, Any]) -> str:
     reach_frac = ("-" if r["time_to_seed_ce_fraction"] is None else
                   f"{pct(r['time_to_seed_ce_fraction'])} of seed's time")
     lines = [
-        f"## Seed (original tutorial) vs course recipe{' -- QUICK SMOKE RUN, not a measurement' if cfg['quick'] else ''}",
+        f"## Original recipe (`--recipe original`) vs course recipe{' -- QUICK SMOKE RUN, not a measurement' if cfg['quick'] else ''}",
         "",
         f"Model `{Path(cfg['model']).name}` ({'new' if ev['head_newly_initialised'] else 'pretrained'} MLM head), "
         f"data `{Path(cfg['data']).name}`: {s['n_train_rows']} training / {s['n_validation_rows']} validation rows "
@@ -542,7 +543,7 @@ def markdown(report: dict[str, Any]) -> str:
         "| training | seed | course | course vs seed | target | met |",
         "| --- | ---: | ---: | ---: | ---: | :---: |",
         f"| real (non-padding) tokens/s | {s['real_tokens_per_s']:.0f} | {c['real_tokens_per_s']:.0f} | "
-        f"{r['train_real_tokens_per_s_ratio']:.2f}x | >= 5x | {_yes(met['train_real_tokens_per_s_ratio'])} |",
+        f"{r['train_real_tokens_per_s_ratio']:.2f}x | >= {TARGETS['train_real_tokens_per_s_ratio']:g}x | {_yes(met['train_real_tokens_per_s_ratio'])} |",
         f"| padded tokens/s (batch positions) | {s['padded_tokens_per_s']:.0f} | {c['padded_tokens_per_s']:.0f} | "
         f"{r['train_padded_tokens_per_s_ratio']:.2f}x | | |",
         f"| padding share of batch positions | {pct(s['padding_share'])} | {pct(c['padding_share'])} | | | |",

@@ -40,7 +40,7 @@ def run(args: list[str], out: Path) -> dict:
     metrics = json.loads((out / "metrics.json").read_text())
     return {"args": args, "wall_seconds": wall, "seconds": metrics["seconds"], "before": metrics["before"],
             "after": metrics["after"], "probes": {k: metrics["probes"]["after"][k] for k in ("hits_top1", "hits_topk", "n")},
-            "probe_rows": metrics["probes"]["after"]["rows"], "run": metrics["run"], "learning_rate": metrics["learning_rate"],
+            "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in metrics["probes"]["after"]["rows"]], "run": metrics["run"], "learning_rate": metrics["learning_rate"],
             "n_train": metrics["data"]["n_train"], "n_validation": metrics["data"]["n_validation"]}
 
 

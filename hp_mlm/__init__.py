@@ -1,7 +1,8 @@
 """hp-mlm: fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.
 
 One module per step of the pipeline: ``config`` -> ``data`` -> ``tokens`` -> ``masking`` ->
-``training`` -> ``evaluation`` -> ``inference`` (plus ``models``, ``plots``, ``job``, ``cli``).
+``training`` -> ``evaluation`` -> ``inference``, with helpers below them (``common``, ``hub``,
+``profiles``) and ``prepare``, ``job``, ``study``, ``cli`` above; see ARCHITECTURE.md.
 Importing the package loads no model, reads no file and touches no network.
 """
 

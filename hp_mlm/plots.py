@@ -102,7 +102,7 @@ def plot_options(summary: Sequence[Mapping[str, Any]], ax=None):
     ax.set_xticks(range(len(summary)), names, rotation=25, ha="right", fontsize=8)
     ax.set_ylabel("held-out top-1 (%)")
     ax.set_title("What each option is worth: mean over seeds, bars show the range")
-    ax.legend()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1), fontsize=8)  # beside the bars, never over a label
     fig.tight_layout()
     return fig
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
 from datasets import Dataset
 
 from .common import resolve_precision
@@ -68,6 +69,17 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
     """
     started = time.perf_counter()
     precision = resolve_precision(settings.precision)
+    quiet = not settings.progress and not datasets.are_progress_bars_disabled()
+    if quiet:  # --no-progress: no loading or tokenising bars either
+        datasets.disable_progress_bars()
+    try:
+        return _prepare(settings, model, precision, started)
+    finally:
+        if quiet:
+            datasets.enable_progress_bars()
+
+
+def _prepare(settings: Settings, model: str | None, precision: str, started: float) -> Prepared:
     loaded = load_model(model or settings.model, seed=settings.seed)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)

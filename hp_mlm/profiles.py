@@ -64,7 +64,7 @@ PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
         "dataset": COURSE_DATASET,
         "split": "train",
         "max_length": 128,
-        "epochs": 2,
+        "epochs": 4,
         "max_validation_rows": 100,
         "checkpoint_every": 0,
         "output_dir": "outputs/offline",

