@@ -161,17 +161,12 @@ def mask_tokens(
 
 
 def entity_probabilities(entity: torch.Tensor, selectable: torch.Tensor, mlm_probability: float) -> torch.Tensor:
-    """Per-position choice probabilities that favour entity words at an unchanged overall rate.
-
-    With a fraction ``f`` of the selectable tokens inside entities, other tokens get
-    ``p_o = p / (f * ENTITY_BOOST + 1 - f)`` and entity tokens ``min(1, ENTITY_BOOST * p_o)``,
-    so the expected share of chosen tokens stays ``p`` (unless the cap at 1 binds).
-
-    Returns:
-        FloatTensor[batch, seq_len] of probabilities in [0, 1].
+    """FloatTensor[batch, seq_len] of choice probabilities in [0, 1] that favour entity words at an
+    unchanged overall rate: with a fraction ``f`` of the selectable tokens inside entities, other tokens
+    get ``p_o = p / (f * ENTITY_BOOST + 1 - f)`` and entity tokens ``min(1, ENTITY_BOOST * p_o)``, so the
+    expected share of chosen tokens stays ``p`` (unless the cap at 1 binds).
     """
-    n = selectable.sum().clamp(min=1)
-    f = (entity & selectable).sum() / n
+    f = (entity & selectable).sum() / selectable.sum().clamp(min=1)
     other = mlm_probability / (f * ENTITY_BOOST + 1 - f)
     return torch.where(entity, (ENTITY_BOOST * other).clamp(max=1.0), other).float()
 
@@ -180,8 +175,9 @@ class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
     Use as a ``DataLoader`` ``collate_fn``. Batch ``b`` of epoch ``e`` draws its masks from a
-    generator seeded with ``common.derive_seed(seed, "masks", e, b)``: every batch gets different masks, and a run resumed
-    from a checkpoint redraws exactly the masks it would have drawn (call :meth:`start_epoch`
+    generator seeded with ``common.derive_seed(seed, "masks", e, b)`` (plus ``"process", p`` for a
+    process ``p`` > 0 under ``accelerate launch``): every batch gets different masks, and a run
+    resumed from a checkpoint redraws exactly the masks it would have drawn (call :meth:`start_epoch`
     with the epoch and the number of batches already done). ``label_all_tokens=True`` labels
     every real token (an ablation: the original tutorial's labels).
 
@@ -197,8 +193,9 @@ class MaskingCollator:
         strategy: str = "mask",
         pad_to_multiple_of: int | None = None,
         label_all_tokens: bool = False,
+        process_index: int = 0,
     ) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer, self.process_index = tokenizer, process_index
         self.mlm_probability = mlm_probability
         self.seed = seed
         self.strategy = strategy
@@ -211,7 +208,8 @@ class MaskingCollator:
         self.epoch, self.batch_index = epoch, batches_done
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
-        generator = seeded_generator(self.seed, "masks", self.epoch, self.batch_index)
+        rank = ("process", self.process_index) if self.process_index else ()  # process 0 draws as a single one
+        generator = seeded_generator(self.seed, "masks", self.epoch, self.batch_index, *rank)
         self.batch_index += 1
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
         selectable = selectable_positions(
@@ -227,10 +225,8 @@ class MaskingCollator:
 
 
 def label_everything(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-    """Labels at every non-padding position (special tokens included), -100 on padding.
-
-    The original tutorial's labels (without its padding positions): an ablation, not the MLM objective.
-    """
+    """Labels at every non-padding position (special tokens included), -100 on padding: the original
+    tutorial's labels (without its padding positions), an ablation, not the MLM objective."""
     return torch.where(attention_mask.bool(), input_ids, torch.full_like(input_ids, IGNORE_INDEX))
 
 

@@ -125,7 +125,7 @@ def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings,
         frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, settings.seed + 1,
                               settings.label_all_tokens, settings.masking)
         return frozen, partial(pad_batch, tokenizer=tokenizer)
-    collator = MaskingCollator(tokenizer, settings.mlm_probability, seed=settings.seed + process_index,
+    collator = MaskingCollator(tokenizer, settings.mlm_probability, seed=settings.seed, process_index=process_index,
                                strategy=settings.masking, label_all_tokens=settings.label_all_tokens,
                                pad_to_multiple_of=8 if torch.cuda.is_available() else None)
     return list(rows), collator

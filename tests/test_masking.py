@@ -47,6 +47,9 @@ def test_collator_draws_different_masks_for_every_batch(smoke_tokenizer):
     assert not torch.equal(first["labels"], second["labels"])
     replay = MaskingCollator(smoke_tokenizer, 0.5, seed=1)
     assert torch.equal(replay(rows)["labels"], first["labels"])
+    # under accelerate launch, process 0 draws what a single process draws, the others differ
+    assert torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=0)(rows)["labels"], first["labels"])
+    assert not torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=1)(rows)["labels"], first["labels"])
 
 
 def test_mask_id_comes_from_the_tokenizer_not_103(tiny_vocab_tokenizer):
