@@ -27,21 +27,35 @@ LATEST = "latest.json"
 STATE = "state.json"
 
 
+#: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
+RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
+                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule",
+                     "padding", "warmup_fraction")
+
+
+def run_shape(settings, learning_rate: float, processes: int) -> dict[str, Any]:
+    """What a checkpoint must share with the run that resumes it: ``RESUME_MUST_MATCH``, the peak
+    learning rate actually used and the number of processes (they fix the batches and the schedule)."""
+    return {k: getattr(settings, k) for k in RESUME_MUST_MATCH} | {"learning_rate": learning_rate,
+                                                                   "processes": processes}
+
+
 def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -> Path:
     """Save everything needed to resume at ``state["global_step"]``; returns the checkpoint folder.
 
     Layout: ``checkpoints/step-NNNNNNN/`` (``model.safetensors``, ``optimizer.bin``,
     ``scheduler.bin``, ``random_states_0.pkl`` from ``accelerator.save_state``, and ``state.json``),
     written under a temporary name and renamed when complete. Older checkpoints are then removed.
-    Only the main process writes.
+    Every process calls it (each saves its own random state, ``random_states_<i>.pkl``); the main
+    process writes everything else.
     """
     root = Path(directory) / CHECKPOINTS
     final = root / f"step-{state['global_step']:07d}"
-    if not accelerator.is_main_process:
-        return final
-    root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    if accelerator.is_main_process:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+    accelerator.wait_for_everyone()
     quiet = logging.getLogger("accelerate.utils.other")  # "Removed shared tensor": the tied decoder, expected
     level = quiet.level
     quiet.setLevel(logging.ERROR)
@@ -49,6 +63,9 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
         accelerator.save_state(str(tmp), safe_serialization=True)
     finally:
         quiet.setLevel(level)
+    accelerator.wait_for_everyone()
+    if not accelerator.is_main_process:
+        return final
     (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -60,12 +77,25 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The last complete checkpoint under ``directory``, or None."""
+    """The last complete checkpoint under ``directory``, or None.
+
+    Raises:
+        ValueError: ``checkpoints/latest.json`` cannot be read (says how to start again).
+    """
     pointer = Path(directory) / CHECKPOINTS / LATEST
     if not pointer.exists():
         return None
-    path = pointer.parent / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
+    try:
+        path = pointer.parent / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
+    except (ValueError, KeyError, TypeError, OSError) as error:
+        raise unreadable(pointer, error) from error
     return path if (path / STATE).exists() else None
+
+
+def unreadable(path: Path, error: Exception) -> ValueError:
+    """The error for a checkpoint file that cannot be read."""
+    return ValueError(f"the checkpoint {str(path)!r} cannot be read ({type(error).__name__}: {error}); "
+                      "pass --overwrite to start the training again")
 
 
 def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) -> dict[str, Any] | None:
@@ -78,7 +108,10 @@ def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) 
     path = latest_checkpoint(directory)
     if path is None:
         return None
-    state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    try:
+        state = json.loads((path / STATE).read_text(encoding="utf-8"))
+    except (ValueError, OSError) as error:
+        raise unreadable(path / STATE, error) from error
     saved = state.get("run", run_shape)
     differ = {k: (saved.get(k), v) for k, v in run_shape.items() if saved.get(k) != v}
     if differ:
@@ -87,7 +120,10 @@ def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) 
             + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
             + "; rerun with the same settings, or use --overwrite to start again"
         )
-    accelerator.load_state(str(path))
+    try:
+        accelerator.load_state(str(path))
+    except Exception as error:  # noqa: BLE001 - a damaged file, whatever the library's error type
+        raise unreadable(path, error) from error
     return state
 
 

@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
-from typing import Any
 
 from .config import MASKING_STRATEGIES, PADDINGS, PRECISIONS, PROFILES, RECIPES, SCHEDULES, Settings, get_settings
 
@@ -33,7 +32,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "dataset": "Hub dataset id, or a local .txt/.csv/.json/.jsonl/.parquet file or folder",
         "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
         "text_column": "column holding the text",
-        "output_dir": "folder for model/, metrics.json, history.json and plots",
+        "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
         "epochs": "passes over the training rows",
         "batch_size": "rows per batch",
         "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
@@ -46,6 +45,22 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
         "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10; whole_word; entity",
         "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
+        "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
+        "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
+        "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
+        "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",
+        "weight_decay": "AdamW weight decay, not applied to biases and LayerNorm",
+        "warmup_fraction": "fraction of the optimiser steps over which the learning rate rises from 0, in [0, 1)",
+        "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
+        "max_validation_rows": "at most this many held-out rows (0: no cap); rows over it go to training",
+        "eval_batch_size": "rows per evaluation batch",
+        "mask_once": "draw the masks once before training (static) instead of afresh for every batch",
+        "label_all_tokens": "labels on every token, not only the masked ones (the original tutorial's mistake)",
+        "group_by_length": "batch rows of similar length together (less padding)",
+        "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
+        "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
+        "progress": "progress bars (--no-progress for logs and CI)",
+        "top_k": "candidates per mask in the examples and probes",
     }
     try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
         active = get_settings()
@@ -72,7 +87,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m hp_mlm",
         description="Fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.",
         epilog=EPILOG,
@@ -93,15 +108,22 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
     c.add_argument("--seeds", type=int, default=3, help="runs per option, with seeds seed, seed+1, ...")
 
-    p = sub.add_parser("predict", help="fill in [MASK] tokens with a model")
+    p = sub.add_parser("predict", help="fill in [MASK] tokens with a model", formatter_class=argparse.HelpFormatter)
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
-    p.add_argument("--model", help="fine-tuned model folder or Hub id (default: the profile's model)")
-    p.add_argument("--top-k", type=int, default=5, help="candidates per mask")
-    p.add_argument("--json", action="store_true", help="print JSON: per sentence, one list per mask of {token, score}")
-    p.add_argument("--profile", choices=PROFILES, default=None)
+    p.add_argument("--model", help="model folder or Hub id (default: the profile's fine-tuned model in "
+                                   "<output-dir>/model if it exists, else the profile's base model)")
+    p.add_argument("--top-k", type=int, default=5, help="candidates per mask (default 5)")
+    p.add_argument("--targets", help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
+                                     "each word's probability at each mask (each must be one token)")
+    p.add_argument("--json", action="store_true",
+                   help="print JSON: a list per sentence, in it a list per mask, in it {\"token\": str, "
+                        "\"score\": probability in [0, 1], \"is_subword\": true for a word piece (##...)}, highest first")
+    p.add_argument("--profile", choices=PROFILES, default=None,
+                   help="whose fine-tuned model to use without --model; default $HP_MLM_PROFILE or full")
 
-    e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model")
-    _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability",
+    e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model",
+                       formatter_class=argparse.HelpFormatter)
+    _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability", "output_dir",
                                 "validation_fraction", "seed", "eval_batch_size", "max_validation_rows"))
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
     return parser
@@ -113,26 +135,44 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .job import default_probes, run_job
+    from .common import process_state
+    from .job import default_probes, format_report, run_job
 
     settings = _settings(args)
     metrics = run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite,
                       resume=args.resume, push_to_hub=args.push_to_hub)
+    if not process_state().is_main_process:  # under accelerate launch, one report
+        return 0
     print(format_report(metrics))
     print(f"\nsaved to {settings.output_dir}/ (model/, metrics.json, history.json, loss_curve.png, before_after.png)")
     return 0
+
+
+def default_model(settings: Settings, log=print) -> str:
+    """The model ``predict``/``evaluate`` use without ``--model``: the profile's fine-tuned model when
+    ``<output_dir>/model`` holds one, else the profile's base model; says which (on stderr)."""
+    from pathlib import Path
+
+    trained = Path(settings.output_dir) / "model"
+    if (trained / "config.json").exists():
+        log(f"using the fine-tuned model in {trained} (pass --model to choose another)")
+        return str(trained)
+    log(f"using the untrained base model {settings.model}: no fine-tuned model in {trained} yet "
+        f"(run `python -m hp_mlm train` with the same profile first, or pass --model)")
+    return settings.model
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from .inference import fill_mask
     from .models import load_model
 
-    model_name = args.model or get_settings(args.profile).model
+    model_name = args.model or default_model(get_settings(args.profile), log=_note)
     loaded = load_model(model_name)
-    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=args.top_k)
+    targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
+    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=args.top_k, targets=targets)
     if args.json:
-        print(json.dumps([[[{"token": c["token"], "score": c["score"]} for c in mask] for mask in sentence]
-                          for sentence in results], indent=2))
+        print(json.dumps([[[{"token": c["token"], "score": c["score"], "is_subword": c["is_subword"]} for c in mask]
+                           for mask in sentence] for sentence in results], indent=2))
         return 0
     for sentence, masks in zip(args.sentences, results):
         print(sentence)
@@ -148,6 +188,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .prepare import prepare
 
     settings = _settings(args)
+    if args.model is None:
+        settings = settings.replace(model=default_model(settings, log=_note))
     prep = prepare(settings)
     frozen = prep.frozen_validation
     if args.all_rows:
@@ -187,47 +229,52 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def format_report(metrics: dict[str, Any]) -> str:
-    """A plain-text before/after table, example predictions and probe hits."""
-    b, a = metrics["before"], metrics["after"]
-    lines = [
-        "",
-        f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
-        f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
-        f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
-        f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
-        f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
-    ]
-    o = metrics["original_tutorial_accuracy"]
-    lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
-    p = metrics["probes"]
-    if p["after"]["n"]:
-        lines.append(f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}")
-    lines.append("")
-    for example in metrics["examples"]:
-        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
-        lines.append(f"{example['text']}  ->  {guesses}")
-    for row in p["after"]["rows"]:
-        mark = "right" if row["hit_top1"] else "wrong"
-        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
-    return "\n".join(lines)
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag or choice gets one line (and a pointer to --help), not the whole usage."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
+def _note(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def raised_by_the_package(error: BaseException) -> bool:
+    """True when the ``raise`` that threw ``error`` is in hp_mlm's own code (an error raised on purpose,
+    with a message for the user), False when it came from a library or Python itself."""
+    import os
+
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == os.path.dirname(
+        os.path.abspath(__file__))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 ok, 2 for bad input or an unreachable Hub)."""
-    from .hub import HubUnavailableError
-    from .training import TrainingDiverged
+    """Entry point; returns the exit status: 0 ok; 2 for every error the package raises on purpose
+    (bad input, an unreachable Hub, out of memory, a diverged loss...), printed as one line
+    ``error: ...`` without a traceback; 1 for an error from a library or a bug, also one line,
+    with ``HP_MLM_DEBUG=1`` to see its traceback; 130 when interrupted."""
+    import os
 
     args = build_parser().parse_args(argv)
     handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate, "compare": _cmd_compare}
     try:
         return handlers[args.command](args)
-    except (HubUnavailableError, FileNotFoundError, FileExistsError, ValueError, TrainingDiverged) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("\ninterrupted; rerun with --resume to continue from the last checkpoint", file=sys.stderr)
         return 130
+    except Exception as error:  # noqa: BLE001 - every error becomes one line at the command line
+        if os.environ.get("HP_MLM_DEBUG", "").strip() not in ("", "0"):
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        if raised_by_the_package(error):
+            print(f"error: {message}", file=sys.stderr)
+            return 2
+        print(f"error: {type(error).__name__}: {message} (set HP_MLM_DEBUG=1 to see where)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -16,6 +16,8 @@ from torch import nn
 
 #: Precisions a run can use. ``auto`` picks one for the device (see :func:`resolve_precision`).
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+#: accelerate's names for them (``Accelerator(mixed_precision=...)``).
+MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
 def derive_seed(seed: int, *parts: int | str) -> int:
@@ -47,6 +49,35 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+def cpu_process_group() -> bool:
+    """True when this process is one of several (``WORLD_SIZE`` > 1, set by ``accelerate launch`` or
+    ``torchrun``) on a machine without a CUDA GPU: accelerate then needs ``cpu=True`` to join them
+    over gloo; without it each process would train alone on every batch."""
+    return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def process_state():
+    """accelerate's ``PartialState`` of this process (created on first use, with :func:`cpu_process_group`).
+
+    ``.process_index``, ``.num_processes``, ``.is_main_process``, ``.wait_for_everyone()``: one
+    process alone is process 0 of 1. Every step asks here, so evaluation before training and the
+    training loop see the same process group.
+    """
+    from accelerate import PartialState
+
+    return PartialState(cpu=cpu_process_group())
+
+
+def sum_across_processes(values: list[float]) -> list[float]:
+    """Element-wise sums of ``values`` over all processes (float64 ``all_reduce``); unchanged for one process."""
+    state = process_state()
+    if state.num_processes == 1:
+        return values
+    total = torch.tensor(values, dtype=torch.float64, device=state.device)
+    torch.distributed.all_reduce(total)
+    return total.tolist()
 
 
 def model_device(model: nn.Module) -> torch.device:

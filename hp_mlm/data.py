@@ -17,7 +17,7 @@ import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
 from .config import PACKAGE_DATASETS
-from .hub import hub_error, is_local, require_hub
+from .hub import cache_error, dataset_from_cache, dataset_in_cache, datasets_cache_dir, hub_error, is_local, require_hub
 
 #: Local file types we read, and the ``datasets`` builder for each.
 BUILDERS = {".txt": "text", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -36,6 +36,7 @@ class CorpusReport:
         n_loaded: rows in the slice before cleaning.
         n_dropped: rows dropped because their text was empty, whitespace-only or missing (None).
         n_rows: rows kept.
+        n_available: rows in the whole split before slicing (``n_loaded`` of them were kept by the slice).
     """
 
     source: str
@@ -43,6 +44,12 @@ class CorpusReport:
     n_loaded: int
     n_dropped: int
     n_rows: int
+    n_available: int = 0
+
+    @property
+    def sliced(self) -> bool:
+        """True when the split's slice left out some of the rows (e.g. ``train[:10%]``)."""
+        return self.n_loaded < self.n_available
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
@@ -119,7 +126,11 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
 
 
 def _load_split(source: str, split_name: str) -> Dataset:
-    """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus."""
+    """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus.
+
+    A Hub id comes from the Hub, or, in offline mode or with the Hub out of reach, from the
+    ``datasets`` cache (:func:`hub.require_hub` decides within seconds).
+    """
     if source in PACKAGE_DATASETS:
         path = resources.files("hp_mlm") / "data" / PACKAGE_DATASETS[source]
         return load_dataset("text", data_files={split_name: str(path)}, split=split_name)
@@ -136,11 +147,21 @@ def _load_split(source: str, split_name: str) -> Dataset:
             return loaded
         builder, files = _local_files(path)
         return load_dataset(builder, data_files={split_name: files}, split=split_name)
-    require_hub(source, "dataset")
+    # Offline mode or a Hub out of reach: datasets' own cache only (as load_dataset does offline).
+    cache_only = require_hub(source, "dataset", lambda: dataset_in_cache(source), datasets_cache_dir())
     try:
-        return load_dataset(source, split=split_name)
+        return dataset_from_cache(source, split_name) if cache_only else load_dataset(source, split=split_name)
     except (ConnectionError, OSError) as error:
-        raise hub_error(source, "dataset", error) from error
+        raise (cache_error if cache_only else hub_error)(source, "dataset", error) from error
+
+
+def check_text_column(rows: Dataset, text_column: str) -> None:
+    """Raise ValueError, naming the columns present and the flag to use, if ``text_column`` is not one of them."""
+    if text_column not in rows.column_names:
+        raise ValueError(
+            f"text column {text_column!r} not found; the data has columns {rows.column_names}. "
+            "Pass the right one with --text-column / HP_MLM_TEXT_COLUMN."
+        )
 
 
 def drop_empty_rows(rows: Dataset, text_column: str) -> tuple[Dataset, int]:
@@ -151,11 +172,7 @@ def drop_empty_rows(rows: Dataset, text_column: str) -> tuple[Dataset, int]:
     Raises:
         ValueError: if ``text_column`` is missing (names the columns present).
     """
-    if text_column not in rows.column_names:
-        raise ValueError(
-            f"text column {text_column!r} not found; the data has columns {rows.column_names}. "
-            "Pass the right one with --text-column / HP_MLM_TEXT_COLUMN."
-        )
+    check_text_column(rows, text_column)
     texts = rows[text_column]
     keep = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
     return (rows if len(keep) == len(texts) else rows.select(keep)), len(texts) - len(keep)
@@ -182,6 +199,7 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
     full = _load_split(source, split_name)
     if text_column not in full.column_names and full.column_names == ["text"] and source.endswith(".txt"):
         text_column = "text"
+    check_text_column(full, text_column)  # the column before the slice: the order a user fixes them in
     indices = slice_indices(split, len(full))
     rows = full if len(indices) == len(full) else full.select(indices)
     rows, n_dropped = drop_empty_rows(rows, text_column)
@@ -192,7 +210,7 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
     extra = [c for c in rows.column_names if c != text_column]
     if extra:
         rows = rows.remove_columns(extra)
-    return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows))
+    return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows), len(full))
 
 
 def rows_from_texts(texts: list[str | None], text_column: str = "text") -> tuple[Dataset, int]:

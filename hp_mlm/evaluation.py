@@ -16,9 +16,12 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .common import autocast, inference_mode, mlm_logits, model_device
+from .common import autocast, inference_mode, mlm_logits, model_device, process_state, sum_across_processes
 from .masking import IGNORE_INDEX, in_multi_piece_word
 from .tokens import pad_batch
+
+#: Kinds of scored token (see :func:`position_kinds`).
+KINDS = ("entity", "other_word", "whole_word", "word_piece")
 
 
 def evaluate(
@@ -45,18 +48,23 @@ def evaluate(
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
         cross-entropy in nats, perplexity = exp(mean cross-entropy), top-1 per kind of token
         (see :func:`position_kinds`; ``{kind: {"top1", "n_positions"}}``), and wall time in seconds.
-    Raises:
-        ValueError: if no row has a masked position.
+        With no masked position at all ("nothing scored"), the accuracies, cross-entropy and
+        perplexity are None and ``n_positions`` is 0, never an accuracy of 0.0.
+
+    Under ``accelerate launch`` every process calls this with the same rows: each scores every
+    N-th batch and the sums are added over processes, so the result equals one process's.
     """
     started = time.perf_counter()
     device = model_device(model)
     n = hits1 = hitsk = 0
     loss_sum = 0.0
-    kinds: dict[str, list[int]] = {}  # kind -> [top-1 hits, positions]
+    kinds = {kind: [0, 0] for kind in KINDS}  # kind -> [top-1 hits, positions]
     order = sorted(range(len(frozen_rows)), key=lambda i: len(frozen_rows[i]["input_ids"]))
+    batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
+    state = process_state()  # several processes: each scores every N-th batch, then the sums are added
     with inference_mode(model):
-        for start in range(0, len(order), batch_size):
-            batch = pad_batch([frozen_rows[i] for i in order[start : start + batch_size]], tokenizer)
+        for rows in batches[state.process_index :: state.num_processes]:
+            batch = pad_batch([frozen_rows[i] for i in rows], tokenizer)
             labels = batch["labels"].to(device)
             target = labels != IGNORE_INDEX
             if not bool(target.any()):
@@ -73,11 +81,14 @@ def evaluate(
             right = (topk[:, 0] == gold).cpu()
             for kind, where in position_kinds(batch, tokenizer).items():
                 selected = where[target.cpu()]
-                tally = kinds.setdefault(kind, [0, 0])
-                tally[0] += int(right[selected].sum())
-                tally[1] += int(selected.sum())
-    if n == 0:
-        raise ValueError("no masked position to score: the rows are too short or mlm_probability too low")
+                kinds[kind][0] += int(right[selected].sum())
+                kinds[kind][1] += int(selected.sum())
+    totals = sum_across_processes([n, hits1, hitsk, loss_sum, *(x for tally in kinds.values() for x in tally)])
+    n, hits1, hitsk, loss_sum = int(totals[0]), int(totals[1]), int(totals[2]), totals[3]
+    counts = dict(zip(KINDS, zip(totals[4::2], totals[5::2])))
+    if n == 0:  # nothing scored: no accuracy at all, not an accuracy of 0.0
+        return {"top1": None, "top5": None, "cross_entropy": None, "perplexity": None, "n_positions": 0,
+                "n_rows": len(frozen_rows), "kinds": {}, "seconds": time.perf_counter() - started}
     cross_entropy = loss_sum / n
     return {
         "top1": hits1 / n,
@@ -86,7 +97,8 @@ def evaluate(
         "perplexity": math.exp(min(cross_entropy, 700.0)),
         "n_positions": n,
         "n_rows": len(frozen_rows),
-        "kinds": {k: {"top1": h / c if c else None, "n_positions": c} for k, (h, c) in sorted(kinds.items())},
+        "kinds": {k: {"top1": h / c if c else None, "n_positions": int(c)} for k, (h, c) in sorted(counts.items())
+                  if c or k in ("whole_word", "word_piece")},
         "seconds": time.perf_counter() - started,
     }
 

@@ -1,8 +1,8 @@
 """Inference: fill in every mask token of a sentence, each with its own top-k list.
 
 Taught in ``notebooks/04_evaluation.ipynb``. Gives the same tokens and scores as
-``transformers.pipeline("fill-mask")`` (a test checks it), and also handles sentences with several
-masks, long sentences and bad input with clear errors.
+``transformers.pipeline("fill-mask")`` (a test checks it), also with ``targets`` (score only some
+candidate words), and handles sentences with several masks, long sentences and bad input with clear errors.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
@@ -34,12 +35,40 @@ def _with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:
     return sentence
 
 
+def target_ids(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The vocabulary ids of ``targets``, each counted once, in the order first given.
+
+    A target is looked up in the vocabulary as written (so ``"##ing"`` works), else tokenised the way
+    the tokenizer sees text (``"Wizard"`` becomes ``"wizard"`` for an uncased tokenizer), as
+    ``pipeline("fill-mask")``'s ``get_target_ids`` does; unlike the pipeline, which keeps only the first
+    piece of a longer word or skips it with a warning, a target that is not one token is refused.
+
+    Raises:
+        ValueError: no targets; a target that the tokenizer splits into several pieces (the message
+            shows them), that becomes no token or the unknown token.
+    """
+    targets = [targets] if isinstance(targets, str) else list(targets)
+    if not targets:
+        raise ValueError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
+    vocab, ids = tokenizer.get_vocab(), []
+    rule = "a target must be a single token of this tokenizer's vocabulary (try a shorter or more common word)"
+    for target in targets:
+        pieces = [target] if target in vocab else tokenizer.tokenize(target)
+        if len(pieces) > 1:
+            raise ValueError(f"target {target!r} is split into the pieces {pieces}; {rule}")
+        if not pieces or pieces[0] == tokenizer.unk_token:
+            raise ValueError(f"target {target!r} becomes {pieces[0] if pieces else 'no token'}; {rule}")
+        ids.append(vocab[pieces[0]])
+    return list(dict.fromkeys(ids))  # a target given twice (or as "Wizard" and "wizard") counts once
+
+
 def fill_mask(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
     sentences: Sequence[str] | str,
     top_k: int = 5,
     max_length: int | None = None,
+    targets: Sequence[str] | str | None = None,
 ) -> list[list[list[dict[str, Any]]]]:
     """Top-k candidates for every mask token in every sentence, masks in left-to-right order.
 
@@ -49,23 +78,32 @@ def fill_mask(
 
     Args:
         sentences: one string or a list of strings, each with at least one mask token.
-        top_k: candidates per mask (>= 1).
+        top_k: candidates per mask, 1 to the model's vocabulary size. With ``targets``, at most
+            ``min(top_k, number of distinct targets)`` come back, as in the pipeline.
         max_length: tokens per sentence after truncation; default the tokenizer's/model's limit.
+        targets: optional words to score instead of the whole vocabulary (see :func:`target_ids`).
+            Each keeps its probability in the softmax over the *whole* vocabulary, so their scores
+            can sum to less than 1 (``pipeline("fill-mask")(..., targets=...)`` gives the same).
     Returns:
-        ``result[s][m]`` is the list for mask ``m`` of sentence ``s``: ``top_k`` dicts
-        ``{"token": str, "token_id": int, "score": float in (0, 1], "is_subword": bool}``, highest
+        ``result[s][m]`` is the list for mask ``m`` of sentence ``s``: ``top_k`` dicts (fewer with ``targets``)
+        ``{"token": str, "token_id": int, "score": float in [0, 1], "is_subword": bool}``, highest
         score first. ``is_subword`` flags a continuation piece (``##...``), not a whole word.
     Raises:
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
             shows the tokenizer's mask token); a mask that truncation at ``max_length`` would cut
-            off; ``top_k`` < 1.
+            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_ids`).
     """
     if isinstance(sentences, str):
         sentences = [sentences]
     if len(sentences) == 0:
         raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_k > vocab_size:
+        raise ValueError(f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; "
+                         f"pass top_k <= {vocab_size}")
+    chosen = None if targets is None else torch.tensor(target_ids(targets, tokenizer))
     limit = max_length or min(
         tokenizer.model_max_length, getattr(getattr(model, "config", None), "max_position_embeddings", 10**9)
     )
@@ -97,8 +135,12 @@ def fill_mask(
         positions = (enc["input_ids"][row] == tokenizer.mask_token_id).nonzero().flatten().tolist()
         per_mask = []
         for pos in positions:
-            probs = logits[row, pos].float().softmax(dim=-1)
-            scores, ids = probs.topk(min(top_k, probs.shape[-1]))
+            probs = logits[row, pos].float().softmax(dim=-1)  # over the whole vocabulary, targets or not
+            if chosen is None:
+                scores, ids = probs.topk(top_k)
+            else:  # rank the targets only
+                scores, places = probs[chosen].topk(min(top_k, len(chosen)))
+                ids = chosen[places]
             pieces = tokenizer.convert_ids_to_tokens(ids.tolist())
             per_mask.append(
                 [

@@ -7,6 +7,7 @@ it can recreate the fine-tuned model with one call when notebook 03 has not been
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -15,12 +16,13 @@ from typing import Any
 
 from .callbacks import Validate
 from .checkpoints import CHECKPOINTS, MODEL_DIR, latest_checkpoint, save_model
-from .common import atomic_write_text, generator
+from .common import atomic_write_text, generator, process_state
 from .config import Settings
+from .data import parse_split
 from .evaluation import evaluate, original_tutorial_accuracy
 from .hub import hub_token, upload_model
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
-from .prepare import default_probes, prepare
+from .prepare import check_inputs, default_probes, prepare
 from .training import train
 
 #: Rows of the training split scored by the original tutorial's accuracy function (one position each).
@@ -69,7 +71,10 @@ def run_job(
 
     started = time.perf_counter()
     out = Path(settings.output_dir)
+    check_inputs(settings, probes=probes)  # what the user gave first, then what is already on disk
     check_output_dir(out, overwrite, resume)
+    state = process_state()  # under accelerate launch: every process trains, process 0 logs and writes
+    log = log if state.is_main_process else (lambda _: None)
     if resume and latest_checkpoint(out) is None:
         if (out / MODEL_DIR).exists():
             raise FileExistsError(
@@ -82,6 +87,11 @@ def run_job(
     prep = prepare(settings)
     settings, tok, model, precision = prep.settings, prep.loaded.tokenizer, prep.loaded.model, prep.precision
     seconds = dict(prep.seconds)
+    if prep.report.sliced:
+        share = prep.report.n_loaded / prep.report.n_available
+        name = parse_split(settings.split)[0]
+        log(f"using {share:.0%} of the rows ({prep.report.n_loaded} of {prep.report.n_available}; split "
+            f"{settings.split!r}): pass --split {name} for all of them")
     log(f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation")
     if prep.loaded.head_newly_initialised:
@@ -102,8 +112,13 @@ def run_job(
     seconds["evaluate_before"] = time.perf_counter() - phase
     log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} "
         f"({before['n_positions']} masked tokens)")
-    log(f"training on {history_device()} in {precision}: learning rate {prep.learning_rate:g} "
+    processes = f" x {state.num_processes} processes (each takes every {state.num_processes}th batch)" \
+        if state.num_processes > 1 else ""
+    log(f"training on {history_device()}{processes} in {precision}: learning rate {prep.learning_rate:g} "
         f"({settings.schedule} schedule), {settings.epochs} epoch(s)")
+    if state.num_processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
+        log("note: `accelerate launch --cpu` starts one process; for N CPU processes use "
+            "`accelerate launch --multi_gpu --num_processes N` (it works without GPUs) or `torchrun --nproc_per_node N`")
     phase = time.perf_counter()
     history = train(model, tok, prep.train_tokens, settings, prep.learning_rate, output_dir=out, resume=resume,
                     callbacks=[Validate(score, settings.early_stopping_patience)])
@@ -136,17 +151,20 @@ def run_job(
         "seconds": seconds,
     }
     phase = time.perf_counter()
-    save_model(model, tok, out / MODEL_DIR)
-    shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
-    atomic_write_text(out / "history.json", json.dumps(history, indent=2))
-    save_figure(plot_loss_curve(history), out / "loss_curve.png")
-    save_figure(plot_before_after(metrics), out / "before_after.png")
+    if state.is_main_process:
+        save_model(model, tok, out / MODEL_DIR)
+        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
+        atomic_write_text(out / "history.json", json.dumps(history, indent=2))
+        save_figure(plot_loss_curve(history), out / "loss_curve.png")
+        save_figure(plot_before_after(metrics), out / "before_after.png")
     seconds["save"] = time.perf_counter() - phase
-    if push_to_hub:
+    if push_to_hub and state.is_main_process:
         metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
         log(f"uploaded to {metrics['pushed_to']}")
     seconds["total"] = time.perf_counter() - started
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+    if state.is_main_process:
+        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+    state.wait_for_everyone()
     return metrics
 
 
@@ -164,6 +182,32 @@ def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
         for b, a in zip(before["rows"], after["rows"])
         if a["top1"] != b["top1"]
     ]
+
+
+def format_report(metrics: dict[str, Any]) -> str:
+    """A plain-text before/after table, example predictions and probe hits."""
+    b, a = metrics["before"], metrics["after"]
+    lines = [
+        "",
+        f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
+        f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
+        f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
+        f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
+        f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
+    ]
+    o = metrics["original_tutorial_accuracy"]
+    lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
+    p = metrics["probes"]
+    if p["after"]["n"]:
+        lines.append(f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}")
+    lines.append("")
+    for example in metrics["examples"]:
+        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
+        lines.append(f"{example['text']}  ->  {guesses}")
+    for row in p["after"]["rows"]:
+        mark = "right" if row["hit_top1"] else "wrong"
+        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
+    return "\n".join(lines)
 
 
 def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Path:

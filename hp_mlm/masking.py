@@ -4,8 +4,8 @@ Taught in ``notebooks/02_masking.ipynb`` (strategies compared in ``05_going_furt
 comes from the tokenizer. Strategies:
 
 - ``"mask"`` (the course's scheme): each token chosen independently, each becomes the mask token.
-- ``"bert"``: the same choice; 80% of chosen tokens become the mask token, 10% a random token,
-  10% stay (Devlin et al. 2019, section 3.1; as ``DataCollatorForLanguageModeling``).
+- ``"bert"``: the same choice; 80% of chosen tokens become the mask token, 10% a random ordinary
+  token (never special, never ``[unusedN]``: see ``replacement_ids``), 10% stay (Devlin et al. 2019, 3.1).
 - ``"whole_word"``: whole words are chosen, so all pieces of a word are masked together and a
   ``##`` piece is never a target alone (Google's whole-word-masking BERT release, 2019).
 - ``"entity"``: whole words, with names from the corpus (see ``entities.find_entities``) chosen
@@ -14,8 +14,9 @@ comes from the tokenizer. Strategies:
 
 from __future__ import annotations
 
+import re
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -29,7 +30,19 @@ IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
 ENTITY_BOOST = 4.0
 
-_CONTINUATION: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {(name, vocab size): tensor}
+_Build = Callable[[list[str]], torch.Tensor]  # tokens in id order -> a table
+#: A vocabulary entry written as a bracketed name (``[unused12]``, ``[CLS]``): a reserved slot, not a word.
+RESERVED = re.compile(r"\[[^\[\]\s]+\]")
+
+
+def _per_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str, build: _Build) -> torch.Tensor:
+    """``build(tokens)`` over the tokenizer's tokens in id order, once per tokenizer and vocabulary size."""
+    tables = _TABLES.setdefault(tokenizer, {})
+    key = (name, len(tokenizer))  # a tokenizer that gained tokens gets a fresh table
+    if key not in tables:
+        tables[key] = build([t or "" for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    return tables[key]
 
 
 def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
@@ -38,12 +51,24 @@ def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start,
     so whole-word masking falls back to token masking. Computed once per tokenizer.
     """
-    table = _CONTINUATION.get(tokenizer)
-    if table is None:
-        tokens = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
-        table = torch.tensor([t is not None and t.startswith("##") for t in tokens], dtype=torch.bool)
-        _CONTINUATION[tokenizer] = table
-    return table
+    return _per_tokenizer(tokenizer, "continuation", lambda tokens: torch.tensor([t.startswith("##") for t in tokens]))
+
+
+def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """LongTensor[n]: the ordinary token ids that ``strategy="bert"`` draws its random replacements from.
+
+    Special tokens (``tokenizer.all_special_ids``) and reserved slots (entries written as a bracketed name,
+    ``RESERVED``: bert-base-uncased's ``[unused0]``..``[unused993]`` are 3.3% of its vocabulary) are left
+    out, so a replacement is a real word or piece. ``DataCollatorForLanguageModeling.torch_mask_tokens`` and
+    Google's ``create_pretraining_data.py`` draw from the whole vocabulary instead. Computed once per
+    tokenizer. Raises ValueError when no token is ordinary (then use ``strategy="mask"``).
+    """
+    special = set(tokenizer.all_special_ids)
+    ids = _per_tokenizer(tokenizer, "replacements", lambda tokens: torch.tensor(
+        [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long))
+    if len(ids) == 0:
+        raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
+    return ids
 
 
 def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
@@ -63,8 +88,7 @@ def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase
 def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
     cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
-    next_cont = torch.zeros_like(cont)
-    next_cont[:, :-1] = cont[:, 1:]
+    next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
     return cont | next_cont
 
 
@@ -109,7 +133,7 @@ def mask_tokens(
     Each selectable position is chosen independently (a Bernoulli draw), as in
     ``DataCollatorForLanguageModeling``. ``strategy="mask"`` (the course's scheme) puts the
     tokenizer's mask token at every chosen position; ``strategy="bert"`` does so for 80% of them,
-    puts a random vocabulary token at 10% and leaves 10% unchanged (Devlin et al. 2019, 3.1).
+    puts a random ordinary token (:func:`replacement_ids`) at 10% and leaves 10% unchanged (Devlin et al. 2019, 3.1).
     ``"whole_word"`` draws once per word and masks all of its pieces; ``"entity"`` does the same
     with entity words (``entity_mask``) ``ENTITY_BOOST`` times as likely as other words.
 
@@ -125,8 +149,8 @@ def mask_tokens(
         ``(masked_input_ids, labels)``, both LongTensor[batch, seq_len]: ``labels`` holds the
         original id at chosen positions and -100 everywhere else.
     Raises:
-        ValueError: ``mlm_probability`` outside (0, 1], an unknown strategy, or a tokenizer with
-            no mask token.
+        ValueError: ``mlm_probability`` outside (0, 1], an unknown strategy, a tokenizer with
+            no mask token, or (``"bert"``) no ordinary token to draw replacements from.
     """
     if not 0.0 < mlm_probability <= 1.0:
         raise ValueError(f"mlm_probability must be in (0, 1], got {mlm_probability}")
@@ -151,12 +175,8 @@ def mask_tokens(
     masked[to_mask] = tokenizer.mask_token_id
     # Half of the remaining 20%: a random token; the other half keeps the original token.
     to_random = chosen & ~to_mask & torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=generator).bool()
-    # Random replacements are ordinary tokens, never [CLS]/[SEP]/[PAD]/[MASK].
-    ordinary = torch.ones(len(tokenizer), dtype=torch.bool)
-    ordinary[sorted(set(tokenizer.all_special_ids))] = False
-    ordinary_ids = ordinary.nonzero().flatten().to(input_ids.dtype)
-    pick = torch.randint(len(ordinary_ids), input_ids.shape, generator=generator)
-    masked[to_random] = ordinary_ids[pick][to_random]
+    ordinary = replacement_ids(tokenizer).to(input_ids.dtype)  # never special tokens or [unusedN] slots
+    masked[to_random] = ordinary[torch.randint(len(ordinary), input_ids.shape, generator=generator)][to_random]
     return masked, labels
 
 
@@ -185,22 +205,12 @@ class MaskingCollator:
     ``attention_mask``, ``labels`` (-100 off the chosen positions).
     """
 
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        mlm_probability: float = 0.15,
-        seed: int = 0,
-        strategy: str = "mask",
-        pad_to_multiple_of: int | None = None,
-        label_all_tokens: bool = False,
-        process_index: int = 0,
-    ) -> None:
-        self.tokenizer, self.process_index = tokenizer, process_index
-        self.mlm_probability = mlm_probability
-        self.seed = seed
-        self.strategy = strategy
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15, seed: int = 0,
+                 strategy: str = "mask", pad_to_multiple_of: int | None = None, label_all_tokens: bool = False,
+                 process_index: int = 0) -> None:
+        self.tokenizer, self.process_index, self.seed = tokenizer, process_index, seed
+        self.mlm_probability, self.strategy, self.label_all_tokens = mlm_probability, strategy, label_all_tokens
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.label_all_tokens = label_all_tokens
         self.epoch, self.batch_index = 0, 0
 
     def start_epoch(self, epoch: int, batches_done: int = 0) -> None:
@@ -212,16 +222,13 @@ class MaskingCollator:
         generator = seeded_generator(self.seed, "masks", self.epoch, self.batch_index, *rank)
         self.batch_index += 1
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
-        selectable = selectable_positions(
-            batch["input_ids"], self.tokenizer, batch.get("special_tokens_mask"), batch["attention_mask"]
-        )
-        input_ids, labels = mask_tokens(
-            batch["input_ids"], selectable, self.tokenizer, self.mlm_probability, generator, self.strategy,
-            batch.get("entity_mask"),
-        )
+        ids, attention = batch["input_ids"], batch["attention_mask"]
+        selectable = selectable_positions(ids, self.tokenizer, batch.get("special_tokens_mask"), attention)
+        masked, labels = mask_tokens(ids, selectable, self.tokenizer, self.mlm_probability, generator, self.strategy,
+                                     batch.get("entity_mask"))
         if self.label_all_tokens:
-            labels = label_everything(batch["input_ids"], batch["attention_mask"])
-        return {"input_ids": input_ids, "attention_mask": batch["attention_mask"], "labels": labels}
+            labels = label_everything(ids, attention)
+        return {"input_ids": masked, "attention_mask": attention, "labels": labels}
 
 
 def label_everything(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
@@ -269,12 +276,8 @@ def freeze_masks(
     return frozen
 
 
-def original_batches(
-    rows: Sequence[dict[str, Any]],
-    tokenizer: PreTrainedTokenizerBase,
-    mlm_probability: float = 0.15,
-    generator: torch.Generator | None = None,
-) -> dict[str, torch.Tensor]:
+def original_batches(rows: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15,
+                     generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
     """The original tutorial's data, reproduced: for comparison only, not for training a good model.
 
     Every row is padded to the longest row of the whole dataset; masks are drawn *once*, before
@@ -288,9 +291,8 @@ def original_batches(
     """
     batch = pad_batch(list(rows), tokenizer, pad_to_length=max(len(r["input_ids"]) for r in rows))
     ids = batch["input_ids"]
-    labels = ids.clone()
     skip = torch.tensor([tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id])
     chosen = (torch.rand(ids.shape, generator=generator) < mlm_probability) & ~torch.isin(ids, skip)
     masked = ids.clone()
     masked[chosen] = tokenizer.mask_token_id
-    return {"input_ids": masked, "attention_mask": batch["attention_mask"], "labels": labels}
+    return {"input_ids": masked, "attention_mask": batch["attention_mask"], "labels": ids.clone()}

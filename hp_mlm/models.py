@@ -22,7 +22,7 @@ from transformers import (
 )
 
 from .config import OFFLINE_MODEL, SMOKE_MODEL
-from .hub import HubUnavailableError, hub_error, is_local, require_hub
+from .hub import cache_error, hub_error, is_local, require_hub
 
 #: Size of the smoke profile's randomly initialised BERT (seconds per epoch on 2 CPU cores).
 SMOKE_BERT = dict(
@@ -154,21 +154,29 @@ def quiet_transformers():
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """Load a tokenizer from a Hub id, a local folder, or ``SMOKE_MODEL``.
 
+    A Hub id comes from the Hub, or from the Hugging Face cache alone in offline mode
+    (``HF_HUB_OFFLINE=1``) or when the Hub does not answer.
+
     Raises:
         FileNotFoundError: a local path that does not exist.
-        HubUnavailableError: a Hub id while the Hub cannot be reached.
+        HubUnavailableError: a Hub id while the Hub cannot be reached (or offline mode is set) and
+            the tokenizer is not in the local cache; names the id and says what to do.
     """
     if name == SMOKE_MODEL:
         return build_smoke_tokenizer()
     name = offline_model_path() if name == OFFLINE_MODEL else name
-    cached_only = _check_source(name)
+    return _load_tokenizer(name, _check_source(name, "tokenizer"))
+
+
+def _load_tokenizer(name: str, cached_only: bool) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained`` with our errors (``cached_only``: no network, the cache alone)."""
     try:
         with quiet_transformers():
             return AutoTokenizer.from_pretrained(name, local_files_only=cached_only)
     except OSError as error:
         if is_local(name):
             raise
-        raise hub_error(name, "tokenizer", error) from error
+        raise (cache_error if cached_only else hub_error)(name, "tokenizer", error) from error
 
 
 def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0) -> LoadedModel:
@@ -179,18 +187,21 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
     weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
     ``SMOKE_MODEL`` always has the same weights (``SMOKE_SEED``), whatever ``seed`` is.
+    A Hub id comes from the Hub, or from the Hugging Face cache alone in offline mode
+    (``HF_HUB_OFFLINE=1``) or when the Hub does not answer.
 
     Raises:
         FileNotFoundError: a local path that does not exist.
-        HubUnavailableError: a Hub id while the Hub cannot be reached; names the id.
+        HubUnavailableError: a Hub id while the Hub cannot be reached (or offline mode is set) and
+            the model is not (or only partly) in the local cache; names the id and says what to do.
         OSError / ValueError: from transformers, for a folder that holds no usable model.
     """
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
         return LoadedModel(build_smoke_model(tok), tok, True, ("<all: random smoke BERT>",), name)
-    tok = tokenizer or load_tokenizer(name)
     label, name = name, offline_model_path() if name == OFFLINE_MODEL else name
-    cached_only = _check_source(name)
+    cached_only = _check_source(name, "model")
+    tok = tokenizer or _load_tokenizer(name, cached_only)
     try:
         with quiet_transformers(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
@@ -200,20 +211,33 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     except OSError as error:
         if is_local(name):
             raise
-        raise hub_error(name, "model", error) from error
+        raise (cache_error if cached_only else hub_error)(name, "model", error) from error
     missing = tuple(sorted(info.get("missing_keys", ())))
     head_prefixes = ("cls.", "lm_head.", "vocab_", "predictions.")
     head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)
     return LoadedModel(model.eval(), tok, head_new, missing, label)
 
 
-def _check_source(name: str) -> bool:
+#: Files a cached Hub model needs, per kind: every group must have one of its names in the cache.
+_CACHE_NEEDS = {
+    "model": (("config.json",), ("model.safetensors", "model.safetensors.index.json")),
+    "tokenizer": (("tokenizer_config.json", "tokenizer.json", "vocab.txt"),),
+}
+
+
+def _check_source(name: str, what: str = "model") -> bool:
     """Fail early: a local path must exist; a Hub id needs the Hub or the local cache.
 
     Returns:
-        True when only the local cache may be used (Hub out of reach, but ``name`` is cached).
+        True when only the local cache may be used (offline mode, or the Hub out of reach, and
+        ``name`` is cached); False to fetch as usual.
+    Raises:
+        FileNotFoundError: a local path that does not exist.
+        HubUnavailableError: see :func:`hub.require_hub`.
     """
     from pathlib import Path
+
+    from huggingface_hub import constants
 
     if is_local(name):
         if not Path(name).expanduser().exists():
@@ -222,22 +246,15 @@ def _check_source(name: str) -> bool:
                 "(config.json, model.safetensors, tokenizer files) or a Hub id such as bert-base-uncased."
             )
         return False
-    try:
-        require_hub(name, "model")
-    except HubUnavailableError:
-        if _in_hf_cache(name):
-            return True
-        raise
-    return False
+    return require_hub(name, what, lambda: _in_hf_cache(name, _CACHE_NEEDS[what]), constants.HF_HUB_CACHE)
 
 
-def _in_hf_cache(name: str) -> bool:
-    """True when the Hugging Face cache already holds ``name``'s config (usable offline)."""
+def _in_hf_cache(name: str, needs: tuple[tuple[str, ...], ...] = (("config.json",),)) -> bool:
+    """True when the Hugging Face cache holds, for each group in ``needs``, one of its files of ``name``."""
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        found = try_to_load_from_cache(name, "config.json")
-        return isinstance(found, str)
+        return all(any(isinstance(try_to_load_from_cache(name, f), str) for f in group) for group in needs)
     except Exception:  # noqa: BLE001 - any failure just means "not cached"
         return False
 

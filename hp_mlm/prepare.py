@@ -18,7 +18,8 @@ from .common import resolve_precision
 from .config import PACKAGE_PROBES, Settings, resolve_auto
 from .data import CorpusReport, load_corpus, train_validation_split
 from .entities import find_entities
-from .masking import freeze_masks
+from .hub import is_local
+from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .tokens import check_max_length, tokenize_rows
 
@@ -79,10 +80,25 @@ def prepare(settings: Settings, model: str | None = None) -> Prepared:
             datasets.enable_progress_bars()
 
 
+def check_inputs(settings: Settings, model: str | None = None, probes: str | Path | None = None) -> None:
+    """Fail at once, before any other check or work, when a local path given for the model, the
+    dataset or the probes does not exist (the first thing a user would fix).
+
+    Raises:
+        FileNotFoundError: names the path and the flag that gave it.
+    """
+    for flag, name in (("--model", model or settings.model), ("--dataset", settings.dataset), ("--probes", probes)):
+        if name and is_local(str(name)) and not Path(str(name)).expanduser().exists():
+            raise FileNotFoundError(f"{flag} {str(name)!r}: no such file or folder; check the path")
+
+
 def _prepare(settings: Settings, model: str | None, precision: str, started: float) -> Prepared:
+    check_inputs(settings, model)
+    # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
+    # max_length is checked against the model once both are known.
+    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
     loaded = load_model(model or settings.model, seed=settings.seed)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
-    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
     train_rows, validation_rows = train_validation_split(
         rows, settings.validation_fraction, settings.seed, settings.max_validation_rows
     )
@@ -96,6 +112,9 @@ def _prepare(settings: Settings, model: str | None, precision: str, started: flo
         for part in (train_rows, validation_rows)
     )
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
+    if not any(label != IGNORE_INDEX for row in frozen for label in row["labels"]):
+        raise ValueError(f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
+                         f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it")
     settings = resolve_auto(settings, loaded.head_newly_initialised)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(settings, loaded, report, train_rows, validation_rows, train_tokens, validation_tokens, frozen,

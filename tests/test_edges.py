@@ -1,0 +1,288 @@
+"""Edges learners hit (cases C04, C17, C30, C36, C37 in ../shared/cases.md, and the order of checks):
+each test feeds the case's input and asserts its outcome."""
+
+import ast
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import SENTENCES, tokenised
+
+import hp_mlm
+from hp_mlm import cli
+from hp_mlm.checkpoints import save_model
+from hp_mlm.config import get_settings
+from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
+from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
+from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+from hp_mlm.training import train
+
+PACKAGE = Path(hp_mlm.__file__).parent
+
+
+def run_cli(*args, env=None, timeout=300):
+    full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+
+
+@pytest.fixture(scope="module")
+def saved_smoke(tmp_path_factory):
+    """An (untrained) smoke BERT saved as a model folder."""
+    folder = tmp_path_factory.mktemp("smoke") / "model"
+    tok = build_smoke_tokenizer()
+    save_model(build_smoke_model(tok), tok, folder)
+    return folder
+
+
+# C04: a batch with nothing masked ---------------------------------------------------------------
+
+
+def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_tokenizer, smoke_model):
+    hi = tokenised(smoke_tokenizer, ["Hi."])
+    collator = MaskingCollator(smoke_tokenizer, 0.15, seed=1)
+    collator.start_epoch(0)
+    assert not (collator(hi)["labels"] != IGNORE_INDEX).any()  # the case's input: nothing masked
+    settings = get_settings("smoke", environ={}, epochs=1, batch_size=1, progress=False, checkpoint_every=0,
+                            learning_rate=1e-3, schedule="linear", seed=1, group_by_length=False)
+    history = train(smoke_model, smoke_tokenizer, hi, settings)
+    assert history["batches_without_masks"] == 1
+    assert history["optimizer_steps"] == 0 and history["steps"] == []
+    assert history["epochs"][0]["train_loss"] is None  # not 0.0
+
+
+def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, ["Hi."] * 6 + SENTENCES)
+    settings = get_settings("smoke", environ={}, epochs=2, batch_size=1, progress=False, checkpoint_every=0,
+                            learning_rate=1e-3, schedule="linear", group_by_length=False)
+    history = train(smoke_model, smoke_tokenizer, rows, settings)
+    skipped = history["batches_without_masks"]
+    assert skipped > 0
+    assert history["optimizer_steps"] == 2 * len(rows) - skipped == len(history["steps"])
+    assert all(s["loss"] > 0 for s in history["steps"])
+    for epoch in history["epochs"]:
+        losses = [s["loss"] for s in history["steps"] if s["epoch"] == epoch["epoch"]]
+        assert epoch["train_loss"] == pytest.approx(sum(losses) / len(losses))
+
+
+def test_accuracy_over_nothing_is_nothing_scored_not_zero(smoke_tokenizer, smoke_model):
+    frozen = freeze_masks(tokenised(smoke_tokenizer, ["Hi."]), smoke_tokenizer, 0.15, seed=1)
+    assert all(label == IGNORE_INDEX for label in frozen[0]["labels"])
+    result = evaluate(smoke_model, frozen, smoke_tokenizer)
+    assert result["n_positions"] == 0
+    assert result["top1"] is None and result["top5"] is None and result["perplexity"] is None
+    assert original_tutorial_accuracy(smoke_model, smoke_tokenizer, [])["accuracy"] is None
+
+
+# C17 / C18b / C30 at the command line ---------------------------------------------------------
+
+
+def test_predict_targets_equal_the_pipelines_targets(saved_smoke):
+    from transformers import pipeline
+
+    sentence = "Mira [MASK] crossed the lake."
+    result = run_cli("predict", sentence, "--model", str(saved_smoke), "--targets", "lake,mira,lake", "--json")
+    assert result.returncode == 0, result.stderr
+    ours = json.loads(result.stdout)[0][0]
+    pipe = pipeline("fill-mask", model=str(saved_smoke), device="cpu")
+    theirs = pipe(sentence, targets=["lake", "mira"])
+    assert [c["token"] for c in ours] == [t["token_str"] for t in theirs]
+    assert [c["score"] for c in ours] == pytest.approx([t["score"] for t in theirs], abs=1e-5)
+    text = run_cli("predict", sentence, "--model", str(saved_smoke), "--targets", "lake,mira")
+    assert text.returncode == 0 and "lake" in text.stdout and "mira" in text.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--targets", ""], "target"),
+    (["--targets", "lake,thornbacks"], "thornbacks"),  # two word pieces in the smoke vocabulary
+    (["--top-k", "40000"], "vocabulary"),
+])
+def test_bad_predict_requests_get_one_line(saved_smoke, capsys, args, needle):
+    code = cli.main(["predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), *args])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+# C37: every error the package raises reaches the command line as one line ---------------------
+
+
+def package_exception_types() -> set[str]:
+    """Names of the exception classes that hp_mlm's own code raises or builds (``raise X(...)``,
+    ``return X(...)`` for error builders)."""
+    names = set()
+    for path in PACKAGE.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
+                    value.func.id.endswith(("Error", "Exception", "Diverged"))):
+                names.add(value.func.id)
+    return names
+
+
+def test_the_scan_finds_the_package_errors():
+    found = package_exception_types()
+    assert {"ValueError", "FileNotFoundError", "FileExistsError", "RuntimeError", "TrainingDiverged",
+            "HubUnavailableError", "ImportError"} <= found
+
+
+@pytest.mark.parametrize("name", sorted(package_exception_types()))
+def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
+    import builtins
+
+    from hp_mlm import hub, training
+
+    kinds = {**vars(builtins), "TrainingDiverged": training.TrainingDiverged,
+             "HubUnavailableError": hub.HubUnavailableError}
+    # A function whose code lives in the package's folder raises it, as the package's own code would.
+    source = f"def run_job(*args, **kwargs):\n    raise {name}('the message\\nover two lines')\n"
+    code = compile(source, str(PACKAGE / "job.py"), "exec")
+    namespace = {name: kinds[name]}
+    exec(code, namespace)
+    monkeypatch.setattr("hp_mlm.job.run_job", namespace["run_job"])
+    status = cli.main(["train", "--profile", "smoke"])
+    err = capsys.readouterr().err
+    assert status == 2 and err == "error: the message over two lines\n"
+
+
+def test_real_errors_from_inside_a_run_are_one_line(tmp_path, monkeypatch, capsys):
+    from hp_mlm.training import MaskedLMObjective
+
+    def out_of_memory(self, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    def diverged(self, *args):
+        return torch.tensor(float("nan"), requires_grad=True)
+
+    for fault, needle in ((out_of_memory, "--batch-size"), (diverged, "--lr")):
+        monkeypatch.setattr(MaskedLMObjective, "forward", fault)
+        status = cli.main(["train", "--profile", "smoke", "--epochs", "1", "--no-progress",
+                           "--output-dir", str(tmp_path / fault.__name__)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(err) == 1 and needle in err[0] and "Traceback" not in err[0]
+    monkeypatch.undo()
+    damaged = tmp_path / "damaged"
+    (damaged / "checkpoints").mkdir(parents=True)
+    (damaged / "checkpoints" / "latest.json").write_text("{not json")
+    status = cli.main(["train", "--profile", "smoke", "--output-dir", str(damaged), "--resume", "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and "cannot be read" in err[0] and "--overwrite" in err[0]
+
+
+def test_a_library_error_is_one_line_exit_1_and_debug_shows_the_traceback(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        return {}["missing"]  # raised by Python, not by the package
+
+    monkeypatch.setattr("hp_mlm.job.run_job", broken)
+    assert cli.main(["train", "--profile", "smoke"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "KeyError" in err and "HP_MLM_DEBUG=1" in err
+    monkeypatch.setenv("HP_MLM_DEBUG", "1")
+    with pytest.raises(KeyError):
+        cli.main(["train", "--profile", "smoke"])
+
+
+def test_a_bad_choice_is_one_line_not_the_whole_usage():
+    result = run_cli("train", "--schedule", "weird")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "weird" in lines[0] and "--help" in lines[0] and "usage" not in lines[0]
+
+
+# C36 and the order of checks -------------------------------------------------------------------
+
+
+@pytest.fixture()
+def own_book(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "my_book.parquet"
+    lines = [line for line in (PACKAGE / "data" / "smoke_corpus.txt").read_text().splitlines() if line.strip()]
+    pd.DataFrame({"text": lines[:200]}).to_parquet(path)
+    return path
+
+
+def test_own_data_cut_by_the_split_says_so_and_names_the_flag(tmp_path, own_book):
+    from hp_mlm.job import run_job
+
+    logged = []
+    settings = get_settings("smoke", environ={}, dataset=str(own_book), split="train[:10%]", epochs=1,
+                            output_dir=str(tmp_path / "out"), progress=False)
+    metrics = run_job(settings, log=logged.append)
+    line = next(text for text in logged if text.startswith("using"))
+    assert "10% of the rows (20 of 200" in line and "--split train" in line
+    assert metrics["data"]["n_available"] == 200 and metrics["data"]["n_loaded"] == 20
+    logged.clear()
+    run_job(settings.replace(split="train", output_dir=str(tmp_path / "all")), log=logged.append)
+    assert not any(text.startswith("using") for text in logged)
+
+
+def test_the_column_is_checked_before_the_slice(tmp_path):
+    import pandas as pd
+
+    from hp_mlm.data import load_corpus
+
+    path = tmp_path / "three.parquet"
+    pd.DataFrame({"sentence": ["One row.", "Two rows.", "Three rows."]}).to_parquet(path)
+    with pytest.raises(ValueError, match="text column 'text' not found.*'sentence'"):
+        load_corpus(str(path), "train[:10%]", "text")  # 10% of 3 rows is nothing, but the column comes first
+
+
+def test_a_missing_dataset_is_reported_before_the_existing_output_folder(tmp_path, capsys):
+    (tmp_path / "model").mkdir()
+    status = cli.main(["train", "--profile", "smoke", "--output-dir", str(tmp_path), "--dataset", "./no/such.parquet"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--dataset './no/such.parquet'" in err and "--overwrite" not in err
+
+
+def test_evaluate_without_the_profile_names_the_data_problem_first(saved_smoke, tmp_path):
+    result = run_cli("evaluate", "--model", str(saved_smoke),
+                     env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HP_MLM_PROFILE": ""})
+    assert result.returncode == 2
+    assert "andjela-r/mlm-harry-potter" in result.stderr and "max_length" not in result.stderr
+
+
+# predict/evaluate without --model, and --help ---------------------------------------------------
+
+
+def test_predict_and_evaluate_use_the_profiles_trained_model_and_say_which(tmp_path, saved_smoke):
+    import shutil
+
+    env = {"HP_MLM_PROFILE": "smoke", "HP_MLM_OUTPUT_DIR": str(tmp_path)}
+    base = run_cli("predict", "Mira [MASK] crossed the lake.", "--json", env=env)
+    assert base.returncode == 0 and "untrained base model" in base.stderr
+    shutil.copytree(saved_smoke, tmp_path / "model")
+    with torch.no_grad():  # make the "fine-tuned" model differ from the base one
+        from transformers import AutoModelForMaskedLM
+
+        model = AutoModelForMaskedLM.from_pretrained(tmp_path / "model")
+        model.cls.predictions.bias.add_(torch.linspace(0, 5, model.config.vocab_size))
+        model.save_pretrained(tmp_path / "model")
+    used = run_cli("predict", "Mira [MASK] crossed the lake.", "--json", env=env)
+    chosen = run_cli("predict", "Mira [MASK] crossed the lake.", "--json", "--model", str(tmp_path / "model"))
+    assert "fine-tuned model in" in used.stderr and str(tmp_path / "model") in used.stderr
+    assert json.loads(used.stdout) == json.loads(chosen.stdout) != json.loads(base.stdout)
+    evaluated = run_cli("evaluate", env=env)
+    assert evaluated.returncode == 0 and "fine-tuned model in" in evaluated.stderr
+    assert math.isfinite(json.loads(evaluated.stdout)["cross_entropy"])
+
+
+@pytest.mark.parametrize("command", ["train", "compare", "evaluate", "predict"])
+def test_help_gives_every_flag_a_real_text_its_default_and_choices(command):
+    parser = cli.build_parser()
+    sub = next(a for a in parser._subparsers._group_actions if hasattr(a, "choices")).choices[command]
+    for action in sub._actions:
+        if not action.option_strings or action.dest in ("help",):
+            continue
+        assert action.help and not action.help.startswith("setting "), action.dest
+        if action.dest in ("schedule", "masking", "precision", "recipe", "padding"):
+            assert action.choices
+    if command in ("train", "compare"):
+        flags = {a.dest: a for a in sub._actions}
+        active = get_settings()  # the profile HP_MLM_PROFILE names, as the help shows it
+        assert f"(default in the {active.profile} profile: {active.batch_size})" in flags["batch_size"].help
+        assert tuple(flags["schedule"].choices) == ("auto", "linear", "constant")
