@@ -22,7 +22,15 @@ from tqdm.auto import tqdm
 
 from .callbacks import Callback
 from .checkpoints import resume_state, run_shape, save_checkpoint
-from .common import MIXED_PRECISION, cpu_process_group, generator, mlm_logits, resolve_precision, sum_across_processes
+from .common import (
+    MIXED_PRECISION,
+    cpu_process_group,
+    derive_seed,
+    generator,
+    mlm_logits,
+    resolve_precision,
+    sum_across_processes,
+)
 from .config import Settings
 from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, original_batches
 from .tokens import pad_batch, plan_batches
@@ -37,13 +45,8 @@ class TrainingDiverged(RuntimeError):
 # ---------------------------------------------------------------------------------------------
 
 
-def masked_lm_loss(
-    model: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    labels: torch.Tensor,
-    masked_positions_only: bool = True,
-) -> torch.Tensor:
+def masked_lm_loss(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor,
+                   masked_positions_only: bool = True) -> torch.Tensor:
     """Mean cross-entropy over the positions whose label is not -100 (a scalar FloatTensor).
 
     With ``masked_positions_only`` the MLM head runs only at those positions; the loss is the same
@@ -64,8 +67,7 @@ class MaskedLMObjective(nn.Module):
 
     def __init__(self, model: nn.Module, masked_positions_only: bool = True) -> None:
         super().__init__()
-        self.model = model
-        self.masked_positions_only = masked_positions_only
+        self.model, self.masked_positions_only = model, masked_positions_only
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return masked_lm_loss(self.model, input_ids, attention_mask, labels, self.masked_positions_only)
@@ -115,7 +117,7 @@ def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings,
         static = original_batches(rows, tokenizer, settings.mlm_probability, generator(settings.seed, "original-masks"))
         return [{k: v[i] for k, v in static.items()} for i in range(len(rows))], None
     if settings.mask_once:
-        frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, settings.seed + 1,
+        frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, derive_seed(settings.seed, "static-masks"),
                               settings.label_all_tokens, settings.masking)
         return frozen, partial(pad_batch, tokenizer=tokenizer)
     collator = MaskingCollator(tokenizer, settings.mlm_probability, seed=settings.seed, process_index=process_index,

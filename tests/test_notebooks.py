@@ -214,3 +214,46 @@ def test_notebook_reads_the_profile_and_imports_hp_mlm(name):
     assert "get_settings()" in code, "read the profile and HP_MLM_<SETTING> overrides with get_settings()"
     assert "from hp_mlm" in code
     assert not re.search(r"from transformers import[^\n]*\bAdam", code), "use torch.optim.AdamW"
+
+
+# --- run-to-run noise and what the course says its numbers are (issue 12: C27, noisy outputs) -----
+
+TIMING = re.compile(r"\b(seconds|wall|time|s/step|it/s)\b", re.IGNORECASE)
+
+
+def column_headers(text: str) -> list[str]:
+    """The column headers of a table output: a pandas HTML table (the first row of its <thead>, the
+    index corner left out) or a Markdown table (its first line); [] for other text."""
+    if "<table" in text:
+        head = re.search(r"<thead>\s*<tr[^>]*>(.*?)</tr>", text, re.S)
+        return [h.strip() for h in re.findall(r"<th[^>]*>([^<]*)</th>", head.group(1) if head else "") if h.strip()]
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if first.startswith("|") and re.search(r"^\|[\s:|-]+\|$", "\n".join(text.strip().splitlines()[1:2])):
+        return [h.strip() for h in first.strip("|").split("|") if h.strip()]
+    return []
+
+
+@pytest.mark.parametrize("name", EXPECTED)
+def test_no_library_bars_and_no_timings_beside_results(name):
+    for i, text in output_texts(load(name)):
+        assert "Loading weights" not in text and not re.search(r"\d+it/s|examples/s", text), (
+            f"cell {i} holds a library progress bar: silence it (disable_progress_bar) in the setup cell")
+        headers = column_headers(text)
+        timed = [h for h in headers if TIMING.search(h)]
+        assert not timed or len(timed) == len(headers), (
+            f"cell {i} puts wall times {timed} beside results: they change every run; give them their own table")
+
+
+def test_the_study_says_how_long_its_runs_took_in_a_table_of_their_own():
+    tables = [text for _, text in output_texts(load("05_going_further.ipynb")) if column_headers(text)]
+    results = [t for t in tables if any("top-1" in h for h in column_headers(t))]
+    timings = [t for t in tables if column_headers(t) and all(TIMING.search(h) for h in column_headers(t))]
+    assert results and timings
+
+
+def test_perplexity_is_called_a_masked_token_pseudo_perplexity():
+    prose = "\n".join(source(c) for c in load("04_evaluation.ipynb")["cells"] if c["cell_type"] == "markdown")
+    assert re.search(r"pseudo-?\)?-?perplexity", prose, re.IGNORECASE)
+    assert re.search(r"left-to-right|left to right", prose), "say why it is not a left-to-right model's perplexity"
+    code = "\n".join(source(c) for c in code_cells(load("04_evaluation.ipynb")))
+    assert "targets=" in code, "notebook 04 teaches fill_mask(..., targets=[...]) on the opening sentence"
