@@ -77,10 +77,11 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:
-    """The last complete checkpoint under ``directory``, or None.
+    """The last complete checkpoint under ``directory``, or None when there is none.
 
     Raises:
-        ValueError: ``checkpoints/latest.json`` cannot be read (says how to start again).
+        ValueError: ``checkpoints/latest.json`` cannot be read, or names a checkpoint that is gone
+            (says how to start again).
     """
     pointer = Path(directory) / CHECKPOINTS / LATEST
     if not pointer.exists():
@@ -89,7 +90,9 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
         path = pointer.parent / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
     except (ValueError, KeyError, TypeError, OSError) as error:
         raise unreadable(pointer, error) from error
-    return path if (path / STATE).exists() else None
+    if not (path / STATE).exists():  # the pointer is written last, so its checkpoint was removed since
+        raise unreadable(pointer, FileNotFoundError(f"{path.name} is missing"))
+    return path
 
 
 def unreadable(path: Path, error: Exception) -> ValueError:

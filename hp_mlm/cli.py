@@ -8,10 +8,17 @@ import sys
 from collections.abc import Sequence
 from dataclasses import fields
 
-from .config import MASKING_STRATEGIES, PADDINGS, PRECISIONS, PROFILES, RECIPES, SCHEDULES, Settings, get_settings
-
-#: Flags whose names differ from the setting they set.
-FLAG_NAMES = {"learning_rate": "--lr"}
+from .config import (
+    MASKING_STRATEGIES,
+    PADDINGS,
+    PRECISIONS,
+    PROFILES,
+    RECIPES,
+    SCHEDULES,
+    Settings,
+    flag_for,
+    get_settings,
+)
 
 EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
@@ -38,12 +45,13 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
         "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
         "mlm_probability": "fraction of tokens masked, in (0, 1)",
-        "validation_fraction": "fraction of rows held out for validation, in [0, 1)",
+        "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
         "seed": "random seed for split, shuffling, masks and dropout",
         "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
         "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
         "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
-        "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10; whole_word; entity",
+        "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
+                   "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
         "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
         "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
         "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
@@ -72,7 +80,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
         text = helps.get(f.name, f"setting {f.name}") + f" (default in the {active.profile} profile: {shown})"
-        flag = FLAG_NAMES.get(f.name, "--" + f.name.replace("_", "-"))
+        flag = flag_for(f.name)
         kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
@@ -83,7 +91,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
         parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
                             help=text)
     parser.add_argument("--profile", choices=PROFILES, default=None,
-                        help="full (the course), quick (CPU laptop) or smoke (offline, tiny); default $HP_MLM_PROFILE or full")
+                        help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
+                             "downloads); default $HP_MLM_PROFILE or full")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="the main job: evaluate, fine-tune, evaluate again, save",
                        formatter_class=argparse.HelpFormatter)
     _add_setting_flags(t)
-    t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check before/after")
+    t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check "
+                                    "before/after (default: the probes shipped with the package's corpora, else none)")
     t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
     t.add_argument("--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)")
@@ -124,7 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model",
                        formatter_class=argparse.HelpFormatter)
     _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability", "output_dir",
-                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows"))
+                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows", "progress"))
+    model = next(a for a in e._actions if a.dest == "model")
+    model.help = ("model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it exists, "
+                  "else the profile's base model)")
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
     return parser
 

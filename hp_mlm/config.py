@@ -148,13 +148,25 @@ class Settings:
         return dataclasses.asdict(self)
 
 
+def flag_for(name: str) -> str:
+    """The command-line flag of setting ``name`` (``--lr`` for ``learning_rate``, else ``--max-length`` style)."""
+    return {"learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
+
+
 def validate(settings: Settings) -> None:
     """Check every setting's range.
 
     Raises:
-        ValueError: naming the first setting out of range and the range it must be in.
+        ValueError: naming the first setting out of range, the range it must be in, and its flag and variable.
     """
-    s = settings
+    try:
+        _check_ranges(settings)
+    except ValueError as error:
+        name = str(error).split()[0]
+        raise ValueError(f"{error} (set with {flag_for(name)} or {ENV_PREFIX}{name.upper()})") from None
+
+
+def _check_ranges(s: Settings) -> None:
     if not 0.0 < s.mlm_probability < 1.0:
         raise ValueError(f"mlm_probability must be in (0, 1), got {s.mlm_probability}")
     if not 0.0 <= s.validation_fraction < 1.0:
@@ -191,12 +203,9 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
     text = raw.strip()
     try:
         if kind in ("bool",):
-            low = text.lower()
-            if low in ("1", "true", "yes", "on"):
-                return True
-            if low in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(text)
+            if text.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise ValueError(text)
+            return text.lower() in ("1", "true", "yes", "on")
         if kind == "int":
             return int(text)
         if kind == "float":
@@ -240,11 +249,7 @@ def active_profile(environ: Mapping[str, str] | None = None) -> str:
     return name
 
 
-def get_settings(
-    profile: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    **overrides: Any,
-) -> Settings:
+def get_settings(profile: str | None = None, environ: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
     """Build the run's settings: profile, then ``HP_MLM_<SETTING>`` variables, then ``overrides``.
 
     Args:

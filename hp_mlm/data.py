@@ -131,6 +131,8 @@ def _load_split(source: str, split_name: str) -> Dataset:
     A Hub id comes from the Hub, or, in offline mode or with the Hub out of reach, from the
     ``datasets`` cache (:func:`hub.require_hub` decides within seconds).
     """
+    if source.startswith("hp_mlm:") and source not in PACKAGE_DATASETS:
+        raise ValueError(f"{source!r} is not a corpus of the package; it ships {sorted(PACKAGE_DATASETS)}")
     if source in PACKAGE_DATASETS:
         path = resources.files("hp_mlm") / "data" / PACKAGE_DATASETS[source]
         return load_dataset("text", data_files={split_name: str(path)}, split=split_name)
@@ -145,8 +147,17 @@ def _load_split(source: str, split_name: str) -> Dataset:
                     raise ValueError(f"{source!r} has splits {list(loaded)}, not {split_name!r}")
                 return loaded[split_name]
             return loaded
+        if split_name != "train":  # data files hold one split, which datasets calls "train"
+            raise ValueError(f"{source!r} is a data file or folder, whose one split is 'train', not {split_name!r}; "
+                             "pass e.g. --split train or --split 'train[:10%]'")
         builder, files = _local_files(path)
-        return load_dataset(builder, data_files={split_name: files}, split=split_name)
+        if all(Path(f).stat().st_size == 0 for f in files):
+            raise ValueError(f"{source!r} is empty: there is no text to train on. Pass {ACCEPTED}.")
+        try:
+            return load_dataset(builder, data_files={split_name: files}, split=split_name)
+        except Exception as error:  # noqa: BLE001 - a malformed file, whatever the builder's error type
+            raise ValueError(f"Cannot read {source!r} as {builder} ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0][:200] if str(error) else ''}). Pass {ACCEPTED}.") from error
     # Offline mode or a Hub out of reach: datasets' own cache only (as load_dataset does offline).
     cache_only = require_hub(source, "dataset", lambda: dataset_in_cache(source), datasets_cache_dir())
     try:

@@ -123,14 +123,16 @@ def require_hub(name: str, what: str, in_cache: Callable[[], bool], cache_dir: s
         return False
     if in_cache():
         return True
+    # "outputs/model" has a Hub id's shape too: say that no folder of that name exists either.
+    folder = f" No local folder {name!r} exists either." if "/" in name else ""
     if offline:
         raise HubUnavailableError(
             f"The {what} {name!r} is a Hugging Face Hub id, offline mode is set ({offline}), and it is not "
-            f"in the local Hugging Face cache ({cache_dir}). {OFFLINE_HINT}"
+            f"in the local Hugging Face cache ({cache_dir}).{folder} {OFFLINE_HINT}"
         )
     raise HubUnavailableError(
         f"Cannot reach the Hugging Face Hub ({hub_endpoint()}) to fetch the {what} {name!r} (no network? a proxy "
-        f"to set in HTTPS_PROXY?), and it is not in the local Hugging Face cache ({cache_dir}). {OFFLINE_HINT}"
+        f"to set in HTTPS_PROXY?), and it is not in the local Hugging Face cache ({cache_dir}).{folder} {OFFLINE_HINT}"
     )
 
 

@@ -51,7 +51,8 @@ def target_ids(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase)
     if not targets:
         raise ValueError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
     vocab, ids = tokenizer.get_vocab(), []
-    rule = "a target must be a single token of this tokenizer's vocabulary (try a shorter or more common word)"
+    rule = (f"a target must be a single token of this tokenizer's vocabulary of {len(tokenizer):,} tokens "
+            "(try a shorter or more common word)")
     for target in targets:
         pieces = [target] if target in vocab else tokenizer.tokenize(target)
         if len(pieces) > 1:
@@ -170,7 +171,8 @@ def load_probes(path: str | Path) -> list[dict[str, str]]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: a line that is not JSON or lacks ``text``/``answer`` (names the line number).
+        ValueError: a line that is not JSON, lacks ``text``/``answer`` or a ``[MASK]`` (names the line
+            number), or a file without any probe.
     """
     path = Path(path)
     if not path.exists():
@@ -185,7 +187,11 @@ def load_probes(path: str | Path) -> list[dict[str, str]]:
             raise ValueError(f"{path}:{number} is not valid JSON ({error.msg})") from None
         if not isinstance(item, dict) or "text" not in item or "answer" not in item:
             raise ValueError(f"{path}:{number} needs both 'text' and 'answer'")
+        if not any(spelling in str(item["text"]) for spelling in ("[MASK]", "<mask>")):
+            raise ValueError(f"{path}:{number}: the text has no [MASK] where the answer goes")
         probes.append({"text": str(item["text"]), "answer": str(item["answer"])})
+    if not probes:
+        raise ValueError(f"probes file {str(path)!r} holds no probe; write one JSON object per line")
     return probes
 
 

@@ -112,7 +112,7 @@ def run_job(
     seconds["evaluate_before"] = time.perf_counter() - phase
     log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} "
         f"({before['n_positions']} masked tokens)")
-    processes = f" x {state.num_processes} processes (each takes every {state.num_processes}th batch)" \
+    processes = f" x {state.num_processes} processes (each takes 1/{state.num_processes} of the batches)" \
         if state.num_processes > 1 else ""
     log(f"training on {history_device()}{processes} in {precision}: learning rate {prep.learning_rate:g} "
         f"({settings.schedule} schedule), {settings.epochs} epoch(s)")

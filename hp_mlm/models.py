@@ -239,12 +239,20 @@ def _check_source(name: str, what: str = "model") -> bool:
 
     from huggingface_hub import constants
 
+    if name.startswith("hp_mlm:"):
+        raise ValueError(f"{name!r} is not a model of the package; it has {SMOKE_MODEL!r} and {OFFLINE_MODEL!r}")
     if is_local(name):
-        if not Path(name).expanduser().exists():
+        path = Path(name).expanduser()
+        if not path.exists():
             raise FileNotFoundError(
                 f"Model path {name!r} does not exist. Pass a folder saved with save_pretrained "
                 "(config.json, model.safetensors, tokenizer files) or a Hub id such as bert-base-uncased."
             )
+        if not (path / "config.json").is_file():
+            inside = path / "model" / "config.json"
+            raise FileNotFoundError(f"{name!r} holds no model (no config.json)" + (
+                f"; the trained model is in {str(path / 'model')!r}" if inside.is_file() else
+                "; pass a folder saved with save_pretrained, e.g. outputs/<profile>/model"))
         return False
     return require_hub(name, what, lambda: _in_hf_cache(name, _CACHE_NEEDS[what]), constants.HF_HUB_CACHE)
 

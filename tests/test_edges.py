@@ -286,3 +286,78 @@ def test_help_gives_every_flag_a_real_text_its_default_and_choices(command):
         active = get_settings()  # the profile HP_MLM_PROFILE names, as the help shows it
         assert f"(default in the {active.profile} profile: {active.batch_size})" in flags["batch_size"].help
         assert tuple(flags["schedule"].choices) == ("auto", "linear", "constant")
+
+
+# Found by trying the course as a new user: each bad input gets one line that names the real problem
+
+
+def one_line(capsys, argv):
+    status = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1 and err[0].startswith("error:"), (status, err)
+    return err[0]
+
+
+def test_a_local_file_has_only_a_train_split(tmp_path, own_book, capsys):
+    for split in ("validation", "tran[:10]"):
+        line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(own_book), "--split", split,
+                                 "--output-dir", str(tmp_path / "o"), "--no-progress"])
+        assert "one split is 'train'" in line
+
+
+def test_an_empty_or_unreadable_file_is_named(tmp_path, capsys):
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(empty), "--output-dir", str(tmp_path / "o")])
+    assert "is empty" in line
+    broken = tmp_path / "broken.json"
+    broken.write_text("{this is not json")
+    line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(broken), "--output-dir", str(tmp_path / "p"),
+                             "--no-progress"])
+    assert "Cannot read" in line and "broken.json" in line
+
+
+def test_resume_from_a_pointer_to_a_missing_checkpoint_is_refused(tmp_path, capsys):
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest.json").write_text('{"checkpoint": "step-9999999", "global_step": 9999999}')
+    line = one_line(capsys, ["train", "--profile", "smoke", "--output-dir", str(tmp_path), "--resume", "--no-progress"])
+    assert "step-9999999 is missing" in line and "--overwrite" in line
+
+
+def test_a_folder_that_holds_no_model_is_named_and_the_model_inside_it_pointed_to(tmp_path, saved_smoke, capsys):
+    import shutil
+
+    shutil.copytree(saved_smoke, tmp_path / "run" / "model")
+    line = one_line(capsys, ["predict", "Mira [MASK] crossed the lake.", "--model", str(tmp_path / "run")])
+    assert "holds no model" in line and str(tmp_path / "run" / "model") in line
+
+
+def test_names_that_look_like_hub_ids_or_package_corpora_get_the_right_message(tmp_path):
+    env = {"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HP_MLM_PROFILE": "smoke"}
+    result = run_cli("predict", "Mira [MASK] crossed the lake.", "--model", "outputs/nonexist", env=env, timeout=120)
+    assert result.returncode == 2 and "No local folder 'outputs/nonexist' exists either" in result.stderr
+    result = run_cli("train", "--dataset", "hp_mlm:nope", "--output-dir", str(tmp_path / "o"), env=env, timeout=120)
+    assert result.returncode == 2 and "hp_mlm:smoke-corpus" in result.stderr and "Hub" not in result.stderr
+
+
+def test_a_bad_probes_file_is_found_before_any_loading(tmp_path, capsys, monkeypatch):
+    import hp_mlm.prepare
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the data was loaded before the probes were checked")
+
+    monkeypatch.setattr(hp_mlm.prepare, "load_corpus", must_not_load)
+    cases = {"no_mask.jsonl": ('{"text": "Mira crossed the lake.", "answer": "mira"}\n', "no_mask.jsonl:1: the text has no [MASK]"),
+             "empty.jsonl": ("\n", "holds no probe"),
+             "broken.jsonl": ('{"text": "[MASK] crossed.", "answer": "mira"}\n{oops\n', "broken.jsonl:2 is not valid JSON")}
+    for name, (text, needle) in cases.items():
+        (tmp_path / name).write_text(text)
+        line = one_line(capsys, ["train", "--profile", "smoke", "--probes", str(tmp_path / name),
+                                 "--output-dir", str(tmp_path / "o")])
+        assert needle in line
+
+
+@pytest.mark.parametrize("args, flag", [(["--lr", "-1"], "--lr or HP_MLM_LEARNING_RATE"),
+                                        (["--batch-size", "0"], "--batch-size or HP_MLM_BATCH_SIZE")])
+def test_range_errors_name_the_flag_and_the_variable(tmp_path, capsys, args, flag):
+    assert flag in one_line(capsys, ["train", "--profile", "smoke", "--output-dir", str(tmp_path), *args])
