@@ -7,6 +7,7 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
+from typing import Any
 
 from .config import (
     MASKING_STRATEGIES,
@@ -19,6 +20,7 @@ from .config import (
     flag_for,
     get_settings,
 )
+from .profiles import SETTING_HELP
 
 EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
@@ -34,42 +36,6 @@ HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PR
 
 
 def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
-    helps = {
-        "model": "Hub id or local folder of a masked-LM",
-        "dataset": "Hub dataset id, or a local .txt/.csv/.json/.jsonl/.parquet file or folder",
-        "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
-        "text_column": "column holding the text",
-        "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
-        "epochs": "passes over the training rows",
-        "batch_size": "rows per batch",
-        "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
-        "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
-        "mlm_probability": "fraction of tokens masked, in (0, 1)",
-        "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
-        "seed": "random seed for split, shuffling, masks and dropout",
-        "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
-        "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
-        "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
-        "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
-                   "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
-        "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
-        "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
-        "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
-        "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
-        "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",
-        "weight_decay": "AdamW weight decay, not applied to biases and LayerNorm",
-        "warmup_fraction": "fraction of the optimiser steps over which the learning rate rises from 0, in [0, 1)",
-        "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
-        "max_validation_rows": "at most this many held-out rows (0: no cap); rows over it go to training",
-        "eval_batch_size": "rows per evaluation batch",
-        "mask_once": "draw the masks once before training (static) instead of afresh for every batch",
-        "label_all_tokens": "labels on every token, not only the masked ones (the original tutorial's mistake)",
-        "group_by_length": "batch rows of similar length together (less padding)",
-        "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
-        "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
-        "progress": "progress bars (--no-progress for logs and CI)",
-        "top_k": "candidates per mask in the examples and probes",
-    }
     try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
         active = get_settings()
     except ValueError:
@@ -79,7 +45,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
             continue
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
-        text = helps.get(f.name, f"setting {f.name}") + f" (default in the {active.profile} profile: {shown})"
+        text = SETTING_HELP[f.name] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
         kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
@@ -122,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
     p.add_argument("--model", help="model folder or Hub id (default: the profile's fine-tuned model in "
                                    "<output-dir>/model if it exists, else the profile's base model)")
-    p.add_argument("--top-k", type=int, default=5, help="candidates per mask (default 5)")
+    p.add_argument("--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)")
     p.add_argument("--targets", help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
                                      "each word's probability at each mask (each must be one token)")
     p.add_argument("--json", action="store_true",
@@ -182,7 +148,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     model_name = args.model or default_model(get_settings(args.profile), log=_note)
     loaded = load_model(model_name)
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
-    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=args.top_k, targets=targets)
+    top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
+    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=top_k, targets=targets)
     if args.json:
         print(json.dumps([[[{"token": c["token"], "score": c["score"], "is_subword": c["is_subword"]} for c in mask]
                            for mask in sentence] for sentence in results], indent=2))
@@ -190,9 +157,16 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     for sentence, masks in zip(args.sentences, results):
         print(sentence)
         for m, candidates in enumerate(masks, start=1):
-            shown = ", ".join(f"{c['token']}{' (piece)' if c['is_subword'] else ''} {c['score']:.3f}" for c in candidates)
+            shown = ", ".join(_answer(c) for c in candidates)
             print(f"  mask {m}: {shown}")
     return 0
+
+
+def _answer(candidate: dict[str, Any]) -> str:
+    """One answer as text: the token, "(piece)" for a word piece, its probability (small ones as 1.2e-05)."""
+    piece = " (piece)" if candidate["is_subword"] else ""
+    score = candidate["score"]
+    return f"{candidate['token']}{piece} " + (f"{score:.3f}" if score >= 0.001 else f"{score:.1e}")
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:

@@ -97,6 +97,17 @@ def test_predict_targets_equal_the_pipelines_targets(saved_smoke):
     assert text.returncode == 0 and "lake" in text.stdout and "mira" in text.stdout
 
 
+def test_every_target_is_answered_and_small_probabilities_stay_readable(saved_smoke):
+    words = ["lake", "mira", "the", "a", "of", "and"]  # more than the default top-k of 5
+    result = run_cli("predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words),
+                     "--json")
+    answers = json.loads(result.stdout)[0][0]
+    assert sorted(a["token"] for a in answers) == sorted(words)
+    text = run_cli("predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words))
+    shown = text.stdout.splitlines()[1]
+    assert all(word in shown for word in words) and " 0.000" not in shown  # tiny scores as 1.2e-04, not 0.000
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--targets", ""], "target"),
     (["--targets", "lake,thornbacks"], "thornbacks"),  # two word pieces in the smoke vocabulary
