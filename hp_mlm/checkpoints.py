@@ -130,6 +130,12 @@ def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) 
     return state
 
 
+def finished_model(output_dir: str | Path) -> Path | None:
+    """``output_dir/model`` when it holds a saved model (config and safetensors weights), else None."""
+    folder = Path(output_dir) / MODEL_DIR
+    return folder if (folder / "config.json").is_file() and (folder / "model.safetensors").is_file() else None
+
+
 def save_model(model: nn.Module, tokenizer, directory: str | Path) -> Path:
     """Save model and tokenizer with ``save_pretrained`` (safetensors), atomically.
 

@@ -35,7 +35,13 @@ Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. 
 HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PROFILE)."""
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None) -> None:
+#: ``--model`` of predict and evaluate: what they use when it is not given (see :func:`default_model`).
+MODEL_OR_TRAINED = ("model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it "
+                    "exists, else the profile's base model)")
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None,
+                       helps: dict[str, str] | None = None) -> None:
     try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
         active = get_settings()
     except ValueError:
@@ -45,7 +51,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
             continue
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
-        text = SETTING_HELP[f.name] + f" (default in the {active.profile} profile: {shown})"
+        text = (helps or {}).get(f.name) or SETTING_HELP[f.name] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
         kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
@@ -86,8 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="fill in [MASK] tokens with a model", formatter_class=argparse.HelpFormatter)
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
-    p.add_argument("--model", help="model folder or Hub id (default: the profile's fine-tuned model in "
-                                   "<output-dir>/model if it exists, else the profile's base model)")
+    p.add_argument("--model", help=MODEL_OR_TRAINED)
     p.add_argument("--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)")
     p.add_argument("--targets", help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
                                      "each word's probability at each mask (each must be one token)")
@@ -100,10 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model",
                        formatter_class=argparse.HelpFormatter)
     _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability", "output_dir",
-                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows", "progress"))
-    model = next(a for a in e._actions if a.dest == "model")
-    model.help = ("model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it exists, "
-                  "else the profile's base model)")
+                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows", "progress"),
+                       helps={"model": MODEL_OR_TRAINED})
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
     return parser
 
@@ -130,13 +133,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def default_model(settings: Settings, log=print) -> str:
     """The model ``predict``/``evaluate`` use without ``--model``: the profile's fine-tuned model when
     ``<output_dir>/model`` holds one, else the profile's base model; says which (on stderr)."""
-    from pathlib import Path
+    from .checkpoints import MODEL_DIR, finished_model
 
-    trained = Path(settings.output_dir) / "model"
-    if (trained / "config.json").exists():
+    trained = finished_model(settings.output_dir)
+    if trained is not None:
         log(f"using the fine-tuned model in {trained} (pass --model to choose another)")
         return str(trained)
-    log(f"using the untrained base model {settings.model}: no fine-tuned model in {trained} yet "
+    log(f"using the untrained base model {settings.model}: no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet "
         f"(run `python -m hp_mlm train` with the same profile first, or pass --model)")
     return settings.model
 

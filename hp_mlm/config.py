@@ -159,43 +159,27 @@ def validate(settings: Settings) -> None:
     Raises:
         ValueError: naming the first setting out of range, the range it must be in, and its flag and variable.
     """
-    try:
-        _check_ranges(settings)
-    except ValueError as error:
-        name = str(error).split()[0]
-        raise ValueError(f"{error} (set with {flag_for(name)} or {ENV_PREFIX}{name.upper()})") from None
+    for name, rule, ok in _ranges(settings):
+        if not ok:
+            raise ValueError(f"{name} must be {rule}, got {getattr(settings, name)!r} "
+                             f"(set with {flag_for(name)} or {ENV_PREFIX}{name.upper()})")
 
 
-def _check_ranges(s: Settings) -> None:
-    if not 0.0 < s.mlm_probability < 1.0:
-        raise ValueError(f"mlm_probability must be in (0, 1), got {s.mlm_probability}")
-    if not 0.0 <= s.validation_fraction < 1.0:
-        raise ValueError(f"validation_fraction must be in [0, 1), got {s.validation_fraction}")
-    if not 0.0 <= s.warmup_fraction < 1.0:
-        raise ValueError(f"warmup_fraction must be in [0, 1), got {s.warmup_fraction}")
-    for name in ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k"):
-        if getattr(s, name) < 1:
-            raise ValueError(f"{name} must be >= 1, got {getattr(s, name)}")
-    if s.entity_min_count < 1:
-        raise ValueError(f"entity_min_count must be >= 1, got {s.entity_min_count}")
-    if s.max_length < 8:
-        raise ValueError(f"max_length must be >= 8 tokens, got {s.max_length}")
-    if s.learning_rate is not None and not s.learning_rate > 0:
-        raise ValueError(f"learning_rate must be > 0 (or None for auto), got {s.learning_rate}")
-    for name in ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every", "early_stopping_patience"):
-        if getattr(s, name) < 0:
-            raise ValueError(f"{name} must be >= 0, got {getattr(s, name)}")
-    if s.recipe not in RECIPES:
-        raise ValueError(f"recipe must be one of {RECIPES}, got {s.recipe!r}")
-    for name, allowed in (("schedule", SCHEDULES), ("padding", PADDINGS), ("precision", PRECISIONS)):
-        if getattr(s, name) not in allowed:
-            raise ValueError(f"{name} must be one of {allowed}, got {getattr(s, name)!r}")
-    if s.masking not in MASKING_STRATEGIES:
-        raise ValueError(f"masking must be one of {MASKING_STRATEGIES}, got {s.masking!r}")
-    if s.profile not in PROFILES:
-        raise ValueError(f"profile must be one of {PROFILES}, got {s.profile!r}")
-    if not s.text_column:
-        raise ValueError("text_column must name a column, got an empty string")
+def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
+    """``(setting, the range it must be in, whether it is)`` for every checked setting, in order."""
+    rules = [("mlm_probability", "in (0, 1)", 0.0 < s.mlm_probability < 1.0),
+             ("validation_fraction", "in [0, 1)", 0.0 <= s.validation_fraction < 1.0),
+             ("warmup_fraction", "in [0, 1)", 0.0 <= s.warmup_fraction < 1.0)]
+    rules += [(name, ">= 1", getattr(s, name) >= 1) for name in (
+        "batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k", "entity_min_count")]
+    rules += [("max_length", ">= 8 tokens", s.max_length >= 8),
+              ("learning_rate", "> 0 (or None for auto)", s.learning_rate is None or s.learning_rate > 0)]
+    rules += [(name, ">= 0", getattr(s, name) >= 0) for name in (
+        "weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every", "early_stopping_patience")]
+    rules += [(name, f"one of {allowed}", getattr(s, name) in allowed) for name, allowed in (
+        ("recipe", RECIPES), ("schedule", SCHEDULES), ("padding", PADDINGS), ("precision", PRECISIONS),
+        ("masking", MASKING_STRATEGIES), ("profile", PROFILES))]
+    return rules + [("text_column", "a column's name", bool(s.text_column))]
 
 
 def _parse(name: str, raw: str, kind: Any) -> Any:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .common import inference_mode
+from .common import inference_mode, model_device
 
 #: The course's example sentences (the last one has two masks).
 EXAMPLE_SENTENCES = (
@@ -63,6 +63,30 @@ def target_ids(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase)
     return list(dict.fromkeys(ids))  # a target given twice (or as "Wizard" and "wizard") counts once
 
 
+def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, limit: int) -> list[str]:
+    """The sentences with the tokenizer's mask token, each checked (see :func:`fill_mask`'s errors)."""
+    texts = []
+    for i, sentence in enumerate(sentences):
+        if not isinstance(sentence, str) or not sentence.strip():
+            raise ValueError(f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing")
+        text = _with_mask_token(sentence, tokenizer)
+        full = tokenizer(text, truncation=False)["input_ids"]
+        n_masks = sum(1 for t in full if t == tokenizer.mask_token_id)
+        if n_masks == 0:
+            raise ValueError(
+                f"sentence {i} has no mask token: {sentence!r}. Write {tokenizer.mask_token} "
+                f"(this tokenizer's mask token) where the missing word goes."
+            )
+        kept = tokenizer(text, truncation=True, max_length=limit)["input_ids"]
+        if sum(1 for t in kept if t == tokenizer.mask_token_id) < n_masks:
+            raise ValueError(
+                f"sentence {i} is {len(full)} tokens long and a {tokenizer.mask_token} falls after the "
+                f"max_length={limit} token limit; shorten the sentence or move the mask earlier."
+            )
+        texts.append(text)
+    return texts
+
+
 def fill_mask(
     model: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
@@ -98,36 +122,17 @@ def fill_mask(
         sentences = [sentences]
     if len(sentences) == 0:
         raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
-    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
+    config = getattr(model, "config", None)
+    vocab_size = getattr(config, "vocab_size", None) or len(tokenizer)
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_k > vocab_size:
         raise ValueError(f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; "
                          f"pass top_k <= {vocab_size}")
     chosen = None if targets is None else torch.tensor(target_ids(targets, tokenizer))
-    limit = max_length or min(
-        tokenizer.model_max_length, getattr(getattr(model, "config", None), "max_position_embeddings", 10**9)
-    )
-    texts = []
-    for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str) or not sentence.strip():
-            raise ValueError(f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing")
-        text = _with_mask_token(sentence, tokenizer)
-        full = tokenizer(text, truncation=False)["input_ids"]
-        n_masks = sum(1 for t in full if t == tokenizer.mask_token_id)
-        if n_masks == 0:
-            raise ValueError(
-                f"sentence {i} has no mask token: {sentence!r}. Write {tokenizer.mask_token} "
-                f"(this tokenizer's mask token) where the missing word goes."
-            )
-        kept = tokenizer(text, truncation=True, max_length=limit)["input_ids"]
-        if sum(1 for t in kept if t == tokenizer.mask_token_id) < n_masks:
-            raise ValueError(
-                f"sentence {i} is {len(full)} tokens long and a {tokenizer.mask_token} falls after the "
-                f"max_length={limit} token limit; shorten the sentence or move the mask earlier."
-            )
-        texts.append(text)
-    device = next(model.parameters()).device
+    limit = max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
+    texts = _masked_texts(sentences, tokenizer, limit)
+    device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
     with inference_mode(model):
         logits = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device)).logits

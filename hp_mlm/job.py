@@ -15,16 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from .callbacks import Validate
-from .checkpoints import CHECKPOINTS, MODEL_DIR, latest_checkpoint, save_model
+from .checkpoints import CHECKPOINTS, MODEL_DIR, finished_model, latest_checkpoint, save_model
 from .common import atomic_write_text, generator, process_state
 from .config import Settings
-from .data import parse_split
 from .evaluation import evaluate, original_tutorial_accuracy
 from .hub import hub_token, upload_model
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
 from .prepare import check_inputs, default_probes, prepare
 from .training import train
 
+#: What the log says when ``accelerate launch --cpu --num_processes N`` started a single process.
+ONE_CPU_PROCESS = ("note: `accelerate launch --cpu` starts one process; for N CPU processes use "
+                   "`accelerate launch --multi_gpu --num_processes N` (it works without GPUs) or `torchrun --nproc_per_node N`")
 #: Rows of the training split scored by the original tutorial's accuracy function (one position each).
 ORIGINAL_ACCURACY_ROWS = 100
 
@@ -72,6 +74,7 @@ def run_job(
     started = time.perf_counter()
     out = Path(settings.output_dir)
     check_inputs(settings, probes=probes)  # what the user gave first, then what is already on disk
+    probe_list = load_probes(probes) if probes else []  # a broken probes file is found before any loading
     check_output_dir(out, overwrite, resume)
     state = process_state()  # under accelerate launch: every process trains, process 0 logs and writes
     log = log if state.is_main_process else (lambda _: None)
@@ -87,16 +90,12 @@ def run_job(
     prep = prepare(settings)
     settings, tok, model, precision = prep.settings, prep.loaded.tokenizer, prep.loaded.model, prep.precision
     seconds = dict(prep.seconds)
-    if prep.report.sliced:
-        share = prep.report.n_loaded / prep.report.n_available
-        name = parse_split(settings.split)[0]
-        log(f"using {share:.0%} of the rows ({prep.report.n_loaded} of {prep.report.n_available}; split "
-            f"{settings.split!r}): pass --split {name} for all of them")
+    if note := prep.report.slice_note():
+        log(note)
     log(f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation")
     if prep.loaded.head_newly_initialised:
         log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
-    probe_list = load_probes(probes) if probes else []
 
     def score(m) -> dict[str, Any]:
         return evaluate(m, prep.frozen_validation, tok, settings.eval_batch_size, precision=precision)
@@ -112,13 +111,10 @@ def run_job(
     seconds["evaluate_before"] = time.perf_counter() - phase
     log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} "
         f"({before['n_positions']} masked tokens)")
-    processes = f" x {state.num_processes} processes (each takes 1/{state.num_processes} of the batches)" \
-        if state.num_processes > 1 else ""
-    log(f"training on {history_device()}{processes} in {precision}: learning rate {prep.learning_rate:g} "
+    log(f"training on {history_device(state.num_processes)} in {precision}: learning rate {prep.learning_rate:g} "
         f"({settings.schedule} schedule), {settings.epochs} epoch(s)")
     if state.num_processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
-        log("note: `accelerate launch --cpu` starts one process; for N CPU processes use "
-            "`accelerate launch --multi_gpu --num_processes N` (it works without GPUs) or `torchrun --nproc_per_node N`")
+        log(ONE_CPU_PROCESS)
     phase = time.perf_counter()
     history = train(model, tok, prep.train_tokens, settings, prep.learning_rate, output_dir=out, resume=resume,
                     callbacks=[Validate(score, settings.early_stopping_patience)])
@@ -168,11 +164,12 @@ def run_job(
     return metrics
 
 
-def history_device() -> str:
-    """Where training runs: ``cuda`` (with the GPU's name) or ``cpu``."""
+def history_device(processes: int = 1) -> str:
+    """Where training runs: ``cuda`` (with the GPU's name) or ``cpu``, and how many processes share it."""
     import torch
 
-    return f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
+    device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
+    return device + (f" x {processes} processes (each takes 1/{processes} of the batches)" if processes > 1 else "")
 
 
 def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
@@ -217,10 +214,10 @@ def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Pa
     Returns:
         ``Path(settings.output_dir) / "model"``.
     """
-    target = Path(settings.output_dir) / MODEL_DIR
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    target = finished_model(settings.output_dir)
+    if target is not None:
         log(f"reusing the fine-tuned model in {settings.output_dir}/{MODEL_DIR}")
         return target
     log(f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet: running the main job to make it")
     run_job(settings, probes=default_probes(settings), overwrite=True, log=log)
-    return target
+    return Path(settings.output_dir) / MODEL_DIR

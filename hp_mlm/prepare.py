@@ -19,7 +19,6 @@ from .config import PACKAGE_PROBES, Settings, resolve_auto
 from .data import CorpusReport, load_corpus, train_validation_split
 from .entities import find_entities
 from .hub import is_local
-from .inference import load_probes
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .tokens import check_max_length, tokenize_rows
@@ -87,13 +86,10 @@ def check_inputs(settings: Settings, model: str | None = None, probes: str | Pat
 
     Raises:
         FileNotFoundError: names the path and the flag that gave it.
-        ValueError: a probes file that cannot be read (see ``inference.load_probes``).
     """
     for flag, name in (("--model", model or settings.model), ("--dataset", settings.dataset), ("--probes", probes)):
         if name and is_local(str(name)) and not Path(str(name)).expanduser().exists():
             raise FileNotFoundError(f"{flag} {str(name)!r}: no such file or folder; check the path")
-    if probes:
-        load_probes(probes)  # a broken probes file is found now, not after loading and training
 
 
 def _prepare(settings: Settings, model: str | None, precision: str, started: float) -> Prepared:

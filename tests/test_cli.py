@@ -1,20 +1,12 @@
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
+from helpers import run_cli as cli
 
 from hp_mlm.cli import main
 from hp_mlm.config import get_settings
 from hp_mlm.job import run_job
-
-
-def cli(*args, env=None, timeout=300):
-    full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True,
-                          timeout=timeout, env=full_env)
 
 
 @pytest.fixture(scope="module")

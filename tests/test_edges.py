@@ -4,14 +4,11 @@ each test feeds the case's input and asserts its outcome."""
 import ast
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from helpers import SENTENCES, tokenised
+from helpers import SENTENCES, run_cli, tokenised
 
 import hp_mlm
 from hp_mlm import cli
@@ -23,12 +20,6 @@ from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.training import train
 
 PACKAGE = Path(hp_mlm.__file__).parent
-
-
-def run_cli(*args, env=None, timeout=300):
-    full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
 
 
 @pytest.fixture(scope="module")
