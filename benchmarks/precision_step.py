@@ -18,7 +18,7 @@ import time
 import torch
 
 from hp_mlm.common import autocast, cpu_has_native_bf16
-from hp_mlm.config import OFFLINE_MODEL
+from hp_mlm.config import RANDOM_HEAD_MODEL
 from hp_mlm.models import load_model
 
 
@@ -29,7 +29,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--max-length", type=int, default=128)
     args = parser.parse_args()
-    model = load_model(OFFLINE_MODEL, seed=0).model.train()
+    model = load_model(RANDOM_HEAD_MODEL, seed=0).model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     draw = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (args.batch_size, args.max_length), generator=draw)

@@ -3,7 +3,7 @@
 Taught in ``notebooks/00_setup.ipynb``. One frozen dataclass holds a run's settings; it is
 built from a *profile* (``full``, ``quick``, ``smoke``), then environment variables
 ``HP_MLM_<SETTING>``, then explicit overrides (the CLI's flags), in that order of precedence.
-Nothing here reads a file, loads a model or touches the network.
+Nothing here reads a file (it only looks for the course's folders), loads a model or touches the network.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from .common import PRECISIONS
@@ -27,6 +28,7 @@ from .profiles import (  # noqa: F401 - the names the rest of the package reads 
     PRETRAINED_HEAD,
     PROFILE_OVERRIDES,
     PROFILES,
+    RANDOM_HEAD_MODEL,
     RECIPES,
     SCHEDULES,
     SMOKE_DATASET,
@@ -257,8 +259,25 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
     if chosen.get("recipe", values.get("recipe")) in ("original", "seed"):
         values.update(ORIGINAL_RECIPE)  # above the profile, below variables and flags
     values.update(chosen)
+    if "output_dir" not in chosen:  # one folder per profile for the CLI and the notebooks alike
+        values["output_dir"] = course_path(values.get("output_dir", Settings.output_dir))
     values["profile"] = name
     return Settings(**values)
+
+
+def course_path(relative: str, cwd: str | None = None) -> str:
+    """``relative`` (e.g. ``outputs/offline``) under the course's root, as a path relative to ``cwd``.
+
+    The root is the nearest folder at or above ``cwd`` that holds the course (``hp_mlm/`` and
+    ``notebooks/``), else ``cwd`` itself (an installed package, Colab's ``/content``). So
+    ``python -m hp_mlm`` in the repository and a notebook in ``notebooks/`` share ``outputs/<profile>``
+    (the notebook sees it as ``../outputs/<profile>``).
+    """
+    here = Path(cwd or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "hp_mlm" / "__init__.py").is_file() and (folder / "notebooks").is_dir():
+            return os.path.relpath(folder / relative, here)
+    return relative
 
 
 def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:

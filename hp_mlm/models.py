@@ -21,7 +21,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from .config import OFFLINE_MODEL, SMOKE_MODEL
+from .config import OFFLINE_MODEL, RANDOM_HEAD_MODEL, SMOKE_MODEL
 from .hub import cache_error, hub_error, is_local, require_hub
 
 #: Size of the smoke profile's randomly initialised BERT (seconds per epoch on 2 CPU cores).
@@ -34,6 +34,9 @@ SMOKE_BERT = dict(
 )
 SMOKE_VOCAB_SIZE = 1200
 SMOKE_SEED = 1234
+#: The offline MiniLM's stock MLM head (transform, LayerNorm, output bias; the decoder is tied to the
+#: word embeddings), trained with the encoder frozen on the Alice books by benchmarks/stock_head.py.
+STOCK_HEAD_FILE = resources.files("hp_mlm") / "data" / "minilm_l6_mlm_head.safetensors"
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,7 @@ def load_tokenizer(name: str) -> PreTrainedTokenizerBase:
     """
     if name == SMOKE_MODEL:
         return build_smoke_tokenizer()
-    name = offline_model_path() if name == OFFLINE_MODEL else name
+    name = offline_model_path() if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL) else name
     return _load_tokenizer(name, _check_source(name, "tokenizer"))
 
 
@@ -199,7 +202,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
         return LoadedModel(build_smoke_model(tok), tok, True, ("<all: random smoke BERT>",), name)
-    label, name = name, offline_model_path() if name == OFFLINE_MODEL else name
+    label, name = name, offline_model_path() if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL) else name
     cached_only = _check_source(name, "model")
     tok = tokenizer or _load_tokenizer(name, cached_only)
     try:
@@ -215,7 +218,27 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     missing = tuple(sorted(info.get("missing_keys", ())))
     head_prefixes = ("cls.", "lm_head.", "vocab_", "predictions.")
     head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)
+    if label == OFFLINE_MODEL:
+        missing, head_new = load_stock_head(model, missing), False
     return LoadedModel(model.eval(), tok, head_new, missing, label)
+
+
+def load_stock_head(model: PreTrainedModel, missing: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Put ``STOCK_HEAD_FILE``'s weights into the offline MiniLM's MLM head, in place.
+
+    Returns ``missing`` less the names the file filled (the tied decoder weight stays the word embeddings).
+    Raises:
+        ValueError: the file does not fit the model (another encoder, or a damaged file).
+    """
+    from safetensors.torch import load_file
+
+    head = load_file(str(STOCK_HEAD_FILE))
+    state = model.state_dict()
+    if any(name not in state or state[name].shape != tensor.shape for name, tensor in head.items()):
+        raise ValueError(f"{STOCK_HEAD_FILE} does not fit this model; it is the head of {OFFLINE_MODEL} only")
+    model.load_state_dict(head, strict=False)
+    model.tie_weights()
+    return tuple(name for name in missing if name not in head and name != "cls.predictions.decoder.bias")
 
 
 #: Files a cached Hub model needs, per kind: every group must have one of its names in the cache.
@@ -240,7 +263,7 @@ def _check_source(name: str, what: str = "model") -> bool:
     from huggingface_hub import constants
 
     if name.startswith("hp_mlm:"):
-        raise ValueError(f"{name!r} is not a model of the package; it has {SMOKE_MODEL!r} and {OFFLINE_MODEL!r}")
+        raise ValueError(f"{name!r} is not a model of the package; it has {SMOKE_MODEL!r}, {OFFLINE_MODEL!r} and {RANDOM_HEAD_MODEL!r}")
     if is_local(name):
         path = Path(name).expanduser()
         if not path.exists():

@@ -18,8 +18,8 @@ LAYERS = [
     {"evaluation"},
     {"inference"},
     {"plots"},
-    {"prepare"},
-    {"job", "study"},
+    {"prepare", "checking", "course"},
+    {"job", "study", "exercises"},
     {"cli"},
     {"__main__"},
 ]

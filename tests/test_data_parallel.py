@@ -129,6 +129,25 @@ def test_one_copy_of_the_outputs(one_and_two):
     assert len(list((tmp / "two" / "checkpoints").glob("step-*"))) == 1
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (from /proc), children first found first."""
+    try:
+        children = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+    return [c for child in children for c in (child, *descendants(child))]
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL a launcher and all its workers: torchrun starts each worker in a session of its own, so
+    killing the launcher's process group alone leaves the workers running (they would finish the run)."""
+    for victim in [*descendants(pid), pid]:
+        try:
+            os.kill(victim, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     reference = launch(tmp_path, tmp_path / "reference", 2, epochs=2)
     killed = tmp_path / "killed"
@@ -138,7 +157,7 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
         if line.startswith("CHECKPOINT"):
             seen.append(line.split()[1])
             if len(seen) == 2:  # mid-epoch: steps 2 and 4 of 7 per epoch
-                os.killpg(proc.pid, signal.SIGKILL)
+                kill_tree(proc.pid)
                 break
     proc.wait(timeout=60)
     assert proc.returncode != 0 and not (killed / "model").exists()

@@ -1,0 +1,229 @@
+"""What the self-checking exercises stand on: running a learner's function, verdicts, small seeded inputs.
+
+``hp_mlm.exercises`` holds the checks; this module runs a learner's function (an untouched stub is
+"not done yet", an exception is reported, not raised), prints the verdict, and builds the inputs:
+a tokenizer whose special tokens have unusual ids, rows of token ids, a tiny BERT without dropout.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
+from .models import SMOKE_BERT, smoke_vocab_path
+from .tokens import pad_batch
+from .training import build_scheduler
+
+
+class NotDone(Exception):
+    """The learner's function is still the stub."""
+
+
+class Wrong(Exception):
+    """The first thing that is wrong, with its hint."""
+
+
+def call(function: Callable, *args: Any) -> Any:
+    """``function(*args)``; an untouched stub (NotImplementedError, or nothing returned) is "not done"."""
+    try:
+        result = function(*args)
+    except NotImplementedError:
+        raise NotDone from None
+    except Exception as error:  # noqa: BLE001 - a learner's bug is reported, not raised
+        raise Wrong(f"your function raised {type(error).__name__}: {error}") from None
+    if result is None or result is Ellipsis:
+        raise NotDone
+    return result
+
+
+def verdict(exercise: str, run: Callable[[], str]) -> bool | None:
+    """Run one exercise's comparisons and print the verdict (see the module docstring)."""
+    try:
+        checked = run()
+    except NotDone:
+        print(f"Exercise {exercise}: not done yet (write your code in place of the `...`, then run the check again)")
+        return None
+    except Wrong as wrong:
+        print(f"Exercise {exercise}: not yet right. {wrong}")
+        return False
+    print(f"Exercise {exercise}: correct. Checked: {checked}.")
+    return True
+
+
+def require(condition: bool, hint: str) -> None:
+    if not condition:
+        raise Wrong(hint)
+
+
+@functools.lru_cache(maxsize=1)
+def check_tokenizer() -> BertTokenizerFast:
+    """The smoke vocabulary with its five special tokens moved to the end (ids 1195-1199, none 0 or 103)."""
+    tokens = [t for t in smoke_vocab_path().read_text(encoding="utf-8").split("\n") if t]
+    specials = [t for t in tokens if t.startswith("[") and t.endswith("]")]
+    order = [t for t in tokens if t not in specials] + specials
+    return BertTokenizerFast(vocab={t: i for i, t in enumerate(order)}, do_lower_case=True)
+
+
+def token_rows(n: int = 40, seed: int = 0) -> list[list[int]]:
+    """``n`` rows of 3-30 ordinary token ids framed by ``[CLS]``/``[SEP]``, seeded."""
+    tok, g = check_tokenizer(), torch.Generator().manual_seed(seed)
+    ordinary = len(tok) - 5
+    lengths = torch.randint(3, 31, (n,), generator=g).tolist()
+    return [[tok.cls_token_id, *torch.randint(ordinary, (k,), generator=g).tolist(), tok.sep_token_id] for k in lengths]
+
+
+def padded(rows: list[list[int]]) -> dict[str, torch.Tensor]:
+    rows = [{"input_ids": r, "attention_mask": [1] * len(r), "special_tokens_mask": [1] + [0] * (len(r) - 2) + [1]}
+            for r in rows]
+    return pad_batch(rows, check_tokenizer())
+
+
+def close(a: float, b: float) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=1e-5, abs_tol=1e-7)
+
+
+def tiny_model(tok: BertTokenizerFast) -> BertForMaskedLM:
+    """A tiny BERT without dropout (so two runs of a step give the same weights), seeded."""
+    config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.0, **SMOKE_BERT)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return BertForMaskedLM(config).train()
+
+
+def masked_batches(n: int = 3) -> list[dict[str, torch.Tensor]]:
+    tok, out = check_tokenizer(), []
+    for b in range(n):
+        batch = padded(token_rows(8, seed=10 + b))
+        selectable = selectable_positions(batch["input_ids"], tok, batch["special_tokens_mask"], batch["attention_mask"])
+        masked, labels = mask_tokens(batch["input_ids"], selectable, tok, 0.3, torch.Generator().manual_seed(b))
+        out.append({"input_ids": masked, "attention_mask": batch["attention_mask"], "labels": labels})
+    return out
+
+
+def scored_batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Three (logits, labels) batches with 1, 7 and 40 hidden tokens: per-batch averages differ from per-token ones."""
+    g, out = torch.Generator().manual_seed(4), []
+    for hidden in (1, 7, 40):
+        labels = torch.full((4, 20), IGNORE_INDEX)
+        labels.view(-1)[torch.randperm(80, generator=g)[:hidden]] = torch.randint(50, (hidden,), generator=g)
+        logits = torch.randn(4, 20, 50, generator=g) * 3
+        flat, gold = logits.view(-1, 50), labels.view(-1)
+        hidden_at = (gold != IGNORE_INDEX).nonzero().view(-1)
+        helped = hidden_at[torch.rand(len(hidden_at), generator=g) < 0.5]
+        flat[helped, gold[helped]] += 6.0  # the right token is often among the best guesses
+        out.append((logits, labels))
+    return out
+
+
+def per_token(batches) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = torch.cat([lo[la != IGNORE_INDEX] for lo, la in batches])
+    return logits, torch.cat([la[la != IGNORE_INDEX] for _, la in batches])
+
+
+def reference_steps(model, batches, max_grad_norm: float, skip: str = "") -> tuple[list[float], float, Any]:
+    """Run the reference inner loop on ``model``; ``skip`` leaves one part out (or misplaces it)."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    scheduler = build_scheduler(optimizer, 4, 0.0, "linear")
+    losses = []
+    for batch in batches:
+        loss = model(**batch).loss
+        loss.backward()
+        if skip == "zero_grad_before_step":
+            optimizer.zero_grad()
+        if skip != "clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        if skip != "schedule":
+            scheduler.step()
+        if skip != "zero_grad":
+            optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, scheduler.get_last_lr()[0], model
+
+
+TRAIN_STEP_MISTAKES = {
+    "zero_grad": "the gradients add up from step to step: call optimizer.zero_grad() after each step "
+                 "(forgetting it is a classic loop bug)",
+    "zero_grad_before_step": "your weights did not change: each step needs loss.backward(), then optimizer.step(), "
+                             "and zero_grad() only after the step (or before backward)",
+    "clip": "clip the gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)) "
+            "after backward() and before optimizer.step()",
+    "schedule": "advance the learning rate with scheduler.step() after every optimizer.step()",
+}
+
+
+def check_value(exercise: str, value: Any, right: float, hint: str, rel_tol: float = 1e-3) -> bool | None:
+    """A computed answer: ``value`` against ``right`` (computed by the package or the notebook) within
+    ``rel_tol``; ``...`` or None is "not done yet". Prints the verdict; returns True, False or None."""
+
+    def run() -> str:
+        if value is None or value is Ellipsis:
+            raise NotDone
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise Wrong(f"give a number, not {type(value).__name__}") from None
+        require(math.isclose(number, right, rel_tol=rel_tol, abs_tol=1e-9), f"{hint} (your answer: {number:g})")
+        return f"{number:g} equals {right:g}"
+
+    return verdict(exercise, run)
+
+
+#: Computed answers: exercise -> (the right value from what the notebook gives, the hint for a wrong one).
+ANSWERS: dict[str, Callable[..., tuple[float, str]]] = {
+    "0.2": lambda vocab_size: (math.log(vocab_size), "a uniform guess gives each token 1 / vocabulary size; "
+                               "the loss is -ln(the right token's probability), in nats"),
+    "2.2": lambda mlm_probability: (mlm_probability**3, "each of the three pieces is drawn on its own with probability "
+                                    "mlm_probability: compute the exact chance (a measurement over draws is only near it)"),
+    "2.3": lambda mlm_probability: (math.ceil(math.log(0.05) / math.log(1 - mlm_probability)),
+                                    "a token escapes n epochs with probability (1 - p)^n: find the first whole n with "
+                                    "1 - (1 - p)^n >= 0.95"),
+}
+
+
+def check_answer(exercise: str, value: Any, **given: Any) -> bool | None:
+    """A computed answer of ``exercise`` (see ``ANSWERS``), from the values the notebook ``given``s
+    (e.g. ``vocab_size=len(tokenizer)``), so that the notebook's cell does not show the answer."""
+    right, hint = ANSWERS[exercise](**given)
+    return check_value(exercise, value, right, hint, rel_tol=0.02 if exercise == "2.2" else 1e-3)
+
+
+def scheduled_rates(total: int, peak: float, warmup: int) -> list[float]:
+    """The rate at each of ``total`` optimiser steps of ``build_scheduler``'s linear schedule (step 0 first)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    scheduler = build_scheduler(optimizer, total, warmup / total, "linear")
+    rates = []
+    for _ in range(total):
+        rates.append(scheduler.get_last_lr()[0])
+        optimizer.step()
+        scheduler.step()
+    return rates
+
+
+def loss_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[tuple[float, str]]:
+    """What known-wrong MLM losses give on ``logits`` [batch, seq_len, vocab] and ``labels``, each with its hint."""
+    ce = torch.nn.functional.cross_entropy
+    each = ce(logits.transpose(1, 2), labels, reduction="none")
+    target = labels != IGNORE_INDEX
+    right = ce(logits[target], labels[target]).item()
+    row_means = torch.stack([each[i][target[i]].mean() for i in range(len(labels)) if target[i].any()]).mean().item()
+    return [
+        (each.sum().item(), "average over the hidden tokens, not the sum"),
+        ((each.sum() / labels.numel()).item(), "divide by the number of hidden tokens (labels != -100), not by every position"),
+        (row_means, "average over all hidden tokens together: a mean of per-row means weighs a row with 1 hidden "
+                    "token like a row with 20"),
+        (torch.nn.functional.nll_loss(logits.transpose(1, 2), labels).item(),
+         "cross_entropy takes raw logits (it applies log-softmax itself); nll_loss on logits is not a cross-entropy"),
+        (ce(logits.softmax(-1)[target], labels[target]).item(),
+         "pass the raw logits: cross_entropy applies log-softmax itself, so a softmax before it squashes the loss"),
+        (right / math.log(2), "the loss is in nats (natural log), as the model's own; do not convert it to bits"),
+        (ce(logits.transpose(1, 2), labels.clamp(min=0)).item(),
+         "skip the positions labelled -100 (cross_entropy's ignore_index), do not turn them into a token"),
+    ]

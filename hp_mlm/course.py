@@ -1,0 +1,146 @@
+"""The course as episodes: minutes per notebook, the workshop schedule, and knowledge-check quizzes.
+
+Each notebook keeps its estimated teaching and exercise minutes in its metadata
+(``metadata["hp_mlm"]["episode"]``); :func:`schedule_table` turns them, with the machine times
+measured by ``benchmarks/notebook_times.py``, into the README's workshop schedule and each
+notebook's frame (a test checks that they agree). Quizzes are data (``data/quizzes/NN.json``):
+every question has one right choice and a reason for every choice. :func:`show_quiz` shows them
+as ipywidgets where a widget front end runs (Colab, a Jupyter server), else as plain text with
+:func:`answer_quiz` to check an answer. Reads only the package's own files; imports no model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from importlib import resources
+from typing import Any
+
+LETTERS = "abcdefgh"
+#: What the frame's machine-time columns show, in this order.
+MACHINE_PROFILES = ("smoke", "offline")
+
+
+def load_quiz(notebook: str) -> list[dict[str, Any]]:
+    """The questions of notebook ``notebook`` (``"00"`` to ``"05"``), each
+    ``{"question", "choices": [{"text", "correct", "why"}], "computed"?}``.
+
+    Raises:
+        FileNotFoundError: no quiz for that notebook (names the ones there are).
+    """
+    folder = resources.files("hp_mlm") / "data" / "quizzes"
+    path = folder / f"{notebook}.json"
+    if not path.is_file():
+        there = sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))
+        raise FileNotFoundError(f"no quiz for notebook {notebook!r}; there are quizzes for {there}")
+    return json.loads(path.read_text(encoding="utf-8"))["questions"]
+
+
+def widgets_front_end() -> bool:
+    """True in Colab or under a Jupyter server (JupyterLab, Notebook 7), where widgets are drawn;
+    False in a terminal, under nbconvert/nbval and in CI, where they would show as a placeholder."""
+    if "google.colab" not in sys.modules and "JPY_SESSION_NAME" not in os.environ:
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quiz_text(notebook: str) -> str:
+    """The quiz as plain text: numbered questions, lettered choices, how to check an answer."""
+    lines = []
+    for number, q in enumerate(load_quiz(notebook), start=1):
+        lines.append(f"{number}. {q['question']}")
+        lines += [f"   ({LETTERS[i]}) {c['text']}" for i, c in enumerate(q["choices"])]
+    lines.append(f'Check an answer with answer_quiz("{notebook}", question, "letter"), e.g. answer_quiz("{notebook}", 1, "a").')
+    return "\n".join(lines)
+
+
+def answer_quiz(notebook: str, question: int, letter: str) -> bool:
+    """Print whether choice ``letter`` of question ``question`` (from 1) is right, and why.
+
+    Raises:
+        ValueError: no such question or choice (names the ones there are).
+    """
+    questions = load_quiz(notebook)
+    if not 1 <= question <= len(questions):
+        raise ValueError(f"notebook {notebook}'s quiz has questions 1 to {len(questions)}, not {question}")
+    choices = questions[question - 1]["choices"]
+    index = LETTERS.find(str(letter).strip().lower()[:1])
+    if not 0 <= index < len(choices):
+        raise ValueError(f"question {question} has choices {', '.join(LETTERS[: len(choices)])}; got {letter!r}")
+    choice = choices[index]
+    print(f"({LETTERS[index]}) {'right' if choice['correct'] else 'not right'}: {choice['why']}")
+    return bool(choice["correct"])
+
+
+def show_quiz(notebook: str, widgets: bool | None = None) -> None:
+    """Show notebook ``notebook``'s quiz: one radio-button group per question, each choice's
+    reason shown when it is picked (``widgets=True``), or plain text (``False``); ``None`` decides
+    by :func:`widgets_front_end`."""
+    if not (widgets_front_end() if widgets is None else widgets):
+        print(quiz_text(notebook))
+        return
+    import ipywidgets as w
+    from IPython.display import display
+
+    boxes = []
+    for number, q in enumerate(load_quiz(notebook), start=1):
+        options = [(f"({LETTERS[i]}) {c['text']}", i) for i, c in enumerate(q["choices"])]
+        picker = w.RadioButtons(options=options, value=None, layout=w.Layout(width="auto"))
+        reason = w.HTML()
+
+        def explain(change, q=q, reason=reason):
+            choice = q["choices"][change["new"]]
+            reason.value = f"<b>{'Right' if choice['correct'] else 'Not right'}:</b> {choice['why']}"
+
+        picker.observe(explain, names="value")
+        boxes.append(w.VBox([w.HTML(f"<b>{number}. {q['question']}</b>"), picker, reason]))
+    display(w.VBox(boxes))
+
+
+def episode_minutes(notebook_json: dict[str, Any]) -> dict[str, int]:
+    """``{"teaching": minutes, "exercises": minutes}`` from a notebook's metadata (estimates).
+
+    Raises:
+        KeyError: the notebook has no ``metadata["hp_mlm"]["episode"]``.
+    """
+    episode = notebook_json["metadata"]["hp_mlm"]["episode"]
+    return {"teaching": int(episode["teaching_minutes"]), "exercises": int(episode["exercise_minutes"])}
+
+
+def machine_time(seconds: float | None) -> str:
+    """A measured notebook time for a table: ``"9 s"``, ``"2 min"``, or ``"not measured"``."""
+    if seconds is None:
+        return "not measured"
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def frame_table(minutes: dict[str, int], times: dict[str, float | None]) -> str:
+    """A notebook's time table: teaching and exercise minutes, then the machine time per profile."""
+    header = "| teaching | exercises | " + " | ".join(f"machine time, `{p}`" for p in MACHINE_PROFILES) + " |"
+    row = f"| {minutes['teaching']} min | {minutes['exercises']} min | " + " | ".join(
+        machine_time(times.get(p)) for p in MACHINE_PROFILES) + " |"
+    return "\n".join([header, "|" + " --- |" * (2 + len(MACHINE_PROFILES)), row])
+
+
+def schedule_table(episodes: list[tuple[str, dict[str, int], dict[str, float | None]]]) -> str:
+    """The workshop schedule: ``episodes`` as ``(notebook name, minutes, machine times per profile)``,
+    one row each, with a running clock and totals (the README's table)."""
+    lines = ["| notebook | teaching | exercises | starts at | " + " | ".join(f"`{p}` run" for p in MACHINE_PROFILES) + " |",
+             "|" + " --- |" * (4 + len(MACHINE_PROFILES))]
+    clock = 0
+    for name, minutes, times in episodes:
+        start = f"{clock // 60}:{clock % 60:02d}"
+        lines.append(f"| {name} | {minutes['teaching']} min | {minutes['exercises']} min | {start} | "
+                     + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES) + " |")
+        clock += minutes["teaching"] + minutes["exercises"]
+    teaching = sum(m["teaching"] for _, m, _ in episodes)
+    exercises = sum(m["exercises"] for _, m, _ in episodes)
+    lines.append(f"| all | {teaching} min | {exercises} min | ends at {clock // 60}:{clock % 60:02d} | "
+                 + " | ".join(machine_time(sum(t.get(p) or 0 for _, _, t in episodes) or None) for p in MACHINE_PROFILES)
+                 + " |")
+    return "\n".join(lines)

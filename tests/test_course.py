@@ -1,0 +1,258 @@
+"""The course as a course: episode frames, exercises with solutions, quizzes whose computed keys the
+package computes, figure descriptions, and the README's schedule generated from the notebooks."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from hp_mlm.course import (
+    answer_quiz,
+    episode_minutes,
+    frame_table,
+    load_quiz,
+    quiz_text,
+    schedule_table,
+    show_quiz,
+    widgets_front_end,
+)
+from hp_mlm.masking import mask_tokens
+from hp_mlm.tokens import padding_share, plan_batches
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+STEMS = ["00_setup", "01_tokenising", "02_masking", "03_training", "04_evaluation", "05_going_further"]
+VERBS = {"Explain", "Use", "Choose", "Compute", "Count", "Write", "Compare", "Interpret", "Evaluate", "Design", "Measure"}
+
+sys.path.insert(0, str(NOTEBOOKS))
+from tidy import FRAME_TABLE, machine_times  # noqa: E402
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def text(cell: dict) -> str:
+    return cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+
+
+def bullets(markdown: str, heading: str) -> list[str]:
+    """The bullet lines under ``**heading**`` (or ``## heading``), up to the next heading."""
+    match = re.search(rf"(?:\*\*{heading}\*\*|## {heading})[^\n]*\n\n((?:- .*\n?)+)", markdown)
+    return [line[2:] for line in match.group(1).strip().splitlines()] if match else []
+
+
+def frame_cell(nb: dict) -> str:
+    return next(text(c) for c in nb["cells"] if c["cell_type"] == "markdown" and "**Objectives**" in text(c))
+
+
+# --- episode frames ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_notebook_is_an_episode_with_questions_objectives_minutes_and_key_points(stem):
+    nb = load(NOTEBOOKS / f"{stem}.ipynb")
+    assert nb["cells"][1]["cell_type"] == "markdown" and "**Objectives**" in text(nb["cells"][1]), \
+        "the frame follows the badge and the outputs note"
+    frame = frame_cell(nb)
+    assert 1 <= len(bullets(frame, "Questions")) <= 3
+    objectives = bullets(frame, "Objectives")
+    assert 2 <= len(objectives) <= 4
+    assert all(o.split()[0] in VERBS for o in objectives), objectives
+    assert "estimates" in frame
+    minutes = episode_minutes(nb)
+    assert minutes["teaching"] > 0 and minutes["exercises"] > 0
+    points = [b for c in nb["cells"] if c["cell_type"] == "markdown" for b in bullets(text(c), "Key points")]
+    assert 3 <= len(points) <= 5
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_frames_time_table_is_the_one_made_from_the_metadata_and_the_measured_times(stem):
+    nb = load(NOTEBOOKS / f"{stem}.ipynb")
+    shown = FRAME_TABLE.search(frame_cell(nb)).group(2)
+    assert shown == frame_table(episode_minutes(nb), machine_times(stem)), "run python notebooks/tidy.py on it"
+
+
+def test_the_readme_schedule_is_generated_from_the_notebooks():
+    episodes = [(stem, episode_minutes(load(NOTEBOOKS / f"{stem}.ipynb")), machine_times(stem)) for stem in STEMS]
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- schedule: start -->\n(.*?)\n<!-- schedule: end -->", readme, re.S)
+    assert block, "the README's schedule sits between <!-- schedule: start --> and <!-- schedule: end -->"
+    assert block.group(1).strip() == schedule_table(episodes), "regenerate it with hp_mlm.course.schedule_table"
+
+
+def test_the_schedule_runs_a_clock_and_adds_up():
+    table = schedule_table([("a", {"teaching": 50, "exercises": 20}, {"smoke": 9.0}), ("b", {"teaching": 5, "exercises": 5}, {})])
+    assert "| b | 5 min | 5 min | 1:10 |" in table and "ends at 1:20" in table and "not measured" in table
+
+
+# --- exercises and their solutions ------------------------------------------------------------------
+def exercises(nb: dict) -> list[str]:
+    return [m for c in nb["cells"] for m in re.findall(r"^### Exercise (\d\.\d)$", text(c), re.M)]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_every_exercise_has_a_collapsed_solution_and_one_in_the_solutions_notebook(stem):
+    nb = load(NOTEBOOKS / f"{stem}.ipynb")
+    numbers = exercises(nb)
+    assert len(numbers) >= (1 if stem.startswith("00") else 3)
+    assert numbers == [f"{stem[1]}.{i}" for i in range(1, len(numbers) + 1)], "numbered N.M in order"
+    markdown = "\n".join(text(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+    for number in numbers:
+        assert f"<details>\n<summary>Solution {number}</summary>" in markdown
+    solutions = load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")
+    found = [m for c in solutions["cells"] for m in re.findall(r"^## Solution (\d\.\d)$", text(c), re.M)]
+    assert found == numbers
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_each_coded_exercise_starts_as_a_stub_and_its_solution_asserts_the_check(stem):
+    nb = load(NOTEBOOKS / f"{stem}.ipynb")
+    code = [text(c) for c in nb["cells"] if c["cell_type"] == "code"]
+    checks = sorted({m for c in code for m in re.findall(r"^(check_\w+)\(", c, re.M)})
+    for name in checks:
+        cell = next(c for c in code if re.search(rf"^{name}\(", c, re.M))
+        assert "...  # your code here" in cell or re.search(r"= \.\.\.", cell), f"{name}: the learner's cell is a stub"
+    solutions = "\n".join(text(c) for c in load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")["cells"]
+                          if c["cell_type"] == "code")
+    for name in checks:
+        assert re.search(rf"^assert {name}\(", solutions, re.M), f"the solutions notebook asserts {name}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_solutions_notebooks_were_executed_offline_without_errors(stem):
+    nb = load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert all(c["execution_count"] for c in cells), "execute and commit the solutions notebook"
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"]
+    assert any("profile: offline" in "".join(o.get("text", "")) for o in outputs)
+    assert not any("not done yet" in "".join(o.get("text", "")) for o in outputs)
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_solutions_outputs_are_clean(stem):
+    from test_notebooks import MACHINE_PATH, MEMORY_ADDRESS, WIDGET_VIEW
+
+    nb = load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")
+    assert "widgets" not in nb["metadata"]
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            assert WIDGET_VIEW not in out.get("data", {})
+            body = "".join(out.get("text", "")) + json.dumps(out.get("data", {}))
+            assert not MACHINE_PATH.search(body) and not MEMORY_ADDRESS.search(body)
+            assert not re.search(r"\b(Dorothy|Scarecrow|oz_mlm)\b", body)
+
+
+# --- figures --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("path", [NOTEBOOKS / f"{s}.ipynb" for s in STEMS], ids=STEMS)
+def test_every_figure_is_followed_by_a_sentence_that_says_what_it_shows(path):
+    cells = load(path)["cells"]
+    plots = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and any(
+        "image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    assert plots or path.name.startswith("00"), "the committed notebook shows its plots"
+    for i in plots:
+        after = cells[i + 1]
+        assert after["cell_type"] == "markdown" and text(after).startswith("*Figure:* "), f"cell {i} has no description"
+        assert len(text(after)) > 60 and "Look" in text(after), "say what it shows and what to look at"
+
+
+# --- quizzes --------------------------------------------------------------------------------------
+def computed(key: str) -> float:
+    """The package computes every answer key a quiz states as a number."""
+    if key == "uniform_loss":
+        return torch.nn.functional.cross_entropy(torch.zeros(1, 30522), torch.tensor([0])).item()
+    if key == "padding_share_10_20_30_40":
+        return padding_share([[0, 1, 2, 3]], [10, 20, 30, 40])
+    if key == "optimizer_steps_637_16_4":
+        return 4 * len(plan_batches([50] * 637, 16, torch.Generator().manual_seed(0)))
+    if key == "perplexity_of_2_nats":
+        logits = torch.log(torch.tensor([[math.exp(-2.0), 1 - math.exp(-2.0)]]))
+        return math.exp(torch.nn.functional.cross_entropy(logits, torch.tensor([0])).item())
+    ids = torch.full((40000, 4), 7)
+    selectable = torch.ones_like(ids, dtype=torch.bool)
+    draws = [mask_tokens(ids, selectable, _tok(), 0.15, torch.Generator().manual_seed(s))[1] != -100 for s in range(3)]
+    if key == "all_pieces_hidden_token_masking":
+        measured = draws[0][:, :3].all(dim=1).float().mean().item()
+        assert abs(measured - 0.15**3) < 0.0015
+        return 0.15**3
+    if key == "coverage_after_3_epochs":
+        measured = (draws[0] | draws[1] | draws[2]).float().mean().item()
+        assert abs(measured - (1 - 0.85**3)) < 0.005
+        return 1 - 0.85**3
+    raise KeyError(key)
+
+
+def _tok():
+    from hp_mlm.models import build_smoke_tokenizer
+
+    return build_smoke_tokenizer()
+
+
+@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05"])
+def test_every_question_has_one_right_choice_and_a_reason_for_every_choice(notebook):
+    questions = load_quiz(notebook)
+    assert 3 <= len(questions) <= 5
+    for q in questions:
+        assert sum(c["correct"] for c in q["choices"]) == 1, q["question"]
+        assert len(q["choices"]) >= 3 and all(len(c["why"]) > 20 for c in q["choices"]), q["question"]
+    assert len({next(i for i, c in enumerate(q["choices"]) if c["correct"]) for q in questions}) > 1, \
+        "the right answer is not always in the same place"
+
+
+@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05"])
+def test_computed_answer_keys_equal_the_packages_values(notebook):
+    for q in load_quiz(notebook):
+        if "computed" not in q:
+            continue
+        value = q["computed"]["format"].format(computed(q["computed"]["key"]))
+        right = next(c for c in q["choices"] if c["correct"])
+        assert right["text"].startswith(value), (q["question"], value, right["text"])
+        assert not any(c["text"].startswith(value) for c in q["choices"] if not c["correct"])
+
+
+def test_every_notebook_shows_its_own_quiz_and_computed_keys_exist():
+    assert sum("computed" in q for n in ("00", "01", "02", "03", "04") for q in load_quiz(n)) >= 5
+    for stem in STEMS:
+        code = "\n".join(text(c) for c in load(NOTEBOOKS / f"{stem}.ipynb")["cells"] if c["cell_type"] == "code")
+        assert f'show_quiz("{stem[:2]}")' in code
+
+
+def test_a_quiz_is_plain_text_without_a_widget_front_end_and_answers_say_why(capsys, monkeypatch):
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert not widgets_front_end()
+    show_quiz("02")
+    out = capsys.readouterr().out
+    assert out.strip() == quiz_text("02") and "(a)" in out and 'answer_quiz("02"' in out
+    q = load_quiz("02")[0]
+    right = "abcd"[next(i for i, c in enumerate(q["choices"]) if c["correct"])]
+    assert answer_quiz("02", 1, right) is True and "right:" in capsys.readouterr().out
+    wrong = next(letter for letter in "abc" if letter != right)
+    assert answer_quiz("02", 1, wrong) is False and "not right:" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="questions 1 to"):
+        answer_quiz("02", 9, "a")
+    with pytest.raises(ValueError, match="has choices a, b"):
+        answer_quiz("02", 1, "z")
+    with pytest.raises(FileNotFoundError, match="there are quizzes for"):
+        load_quiz("09")
+
+
+def test_under_a_jupyter_server_the_quiz_is_radio_buttons_that_explain(monkeypatch):
+    pytest.importorskip("ipywidgets")
+    import ipywidgets
+
+    monkeypatch.setenv("JPY_SESSION_NAME", "x.ipynb")
+    assert widgets_front_end()
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda box: shown.append(box))
+    show_quiz("01")
+    questions = shown[0].children
+    assert len(questions) == len(load_quiz("01"))
+    picker, reason = questions[0].children[1], questions[0].children[2]
+    assert isinstance(picker, ipywidgets.RadioButtons) and picker.value is None
+    picker.value = 0
+    assert load_quiz("01")[0]["choices"][0]["why"] in reason.value
