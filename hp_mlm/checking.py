@@ -13,10 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+from transformers import BertForMaskedLM, BertTokenizerFast
 
 from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
-from .models import SMOKE_BERT, smoke_vocab_path
+from .models import build_smoke_model, smoke_vocab_path
 from .tokens import pad_batch
 from .training import build_scheduler
 
@@ -89,12 +89,8 @@ def close(a: float, b: float) -> bool:
 
 
 def tiny_model(tok: BertTokenizerFast) -> BertForMaskedLM:
-    """A tiny BERT without dropout (so two runs of a step give the same weights), seeded."""
-    config = BertConfig(vocab_size=len(tok), pad_token_id=tok.pad_token_id, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0, **SMOKE_BERT)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return BertForMaskedLM(config).train()
+    """The smoke BERT without dropout (so two runs of a step give the same weights), seeded, in train mode."""
+    return build_smoke_model(tok, seed=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0).train()
 
 
 def masked_batches(n: int = 3) -> list[dict[str, torch.Tensor]]:

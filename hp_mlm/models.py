@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import torch
 import transformers
@@ -108,9 +109,10 @@ def build_smoke_tokenizer() -> PreTrainedTokenizerBase:
     )
 
 
-def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED) -> BertForMaskedLM:
-    """A tiny randomly initialised ``BertForMaskedLM`` sized by ``SMOKE_BERT`` (same weights for a seed)."""
-    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **SMOKE_BERT)
+def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED, **config: Any) -> BertForMaskedLM:
+    """A tiny randomly initialised ``BertForMaskedLM`` sized by ``SMOKE_BERT`` (same weights for a seed);
+    ``config`` overrides ``BertConfig`` fields (e.g. ``hidden_dropout_prob=0.0`` for the exercises' checks)."""
+    config = BertConfig(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **{**SMOKE_BERT, **config})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = BertForMaskedLM(config)
