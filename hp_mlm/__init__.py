@@ -1,8 +1,9 @@
 """hp-mlm: fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.
 
 One module per step of the pipeline: ``config`` -> ``data`` -> ``tokens`` -> ``masking`` ->
-``training`` -> ``evaluation`` -> ``inference``, with helpers below them (``common``, ``hub``,
-``profiles``) and ``prepare``, ``job``, ``study``, ``cli`` above; see ARCHITECTURE.md.
+``plan`` -> ``training`` -> ``evaluation`` -> ``inference``, with helpers below them (``common``,
+``hub``, ``profiles``, ``words``, ``objective``) and ``prepare``, ``job``, ``study``, ``flags``,
+``cli`` above; see ARCHITECTURE.md.
 Importing the package loads no model, reads no file and touches no network (it only reads the
 installed packages' version numbers, and imports none of them).
 """
@@ -20,7 +21,6 @@ __version__ = "0.1.0"
 #: Major versions the course is written for, as ``(lowest, first one excluded)``: their APIs changed
 #: in 5.x. The same bounds as in pyproject.toml and requirements.txt (tests/test_versions.py).
 REQUIRED = {"transformers": (5, 6), "datasets": (5, 6)}
-REQUIRED_MAJOR = {package: low for package, (low, _) in REQUIRED.items()}
 
 #: Packages that the course's install (``pip install git+...`` in Colab) may upgrade under a Python
 #: session that has already imported them. A module in memory whose version differs from the files

@@ -2,7 +2,7 @@
 
 ``training.train`` calls every callback after each optimiser step and at the end of each epoch;
 any of them may stop training by returning True. Time spent inside callbacks is not counted in
-an epoch's ``seconds``. Taught in ``notebooks/03_training.ipynb`` and ``05_going_further``.
+an epoch's ``seconds``. Taught in ``notebooks/03_training.ipynb`` (``Validate``).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from torch import nn
 class Callback:
     """Base class: every hook does nothing and never stops training."""
 
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
         """After an optimiser step; ``step`` is its history record: ``{"step"`` (1-based), ``"epoch"``,
         ``"loss"`` (nats), ``"lr"``, ``"seconds"`` (training clock so far, callbacks excluded)``}``.
         True stops training."""
         return False
 
-    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
         """After an epoch; may add keys to its history ``record``; True stops training."""
         return False
 
@@ -72,17 +72,5 @@ class TimeBudget(Callback):
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
 
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
         return step["seconds"] >= self.seconds
-
-
-class EveryNSteps(Callback):
-    """Call ``fn(model)`` every ``every`` optimiser steps; results go to ``self.results`` as ``(step, result)``."""
-
-    def __init__(self, every: int, fn: Callable[[nn.Module], Any]) -> None:
-        self.every, self.fn, self.results = every, fn, []
-
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:
-        if step["step"] % self.every == 0:
-            self.results.append((step["step"], self.fn(model)))
-        return False

@@ -17,8 +17,8 @@ from transformers import BertForMaskedLM, BertTokenizerFast
 
 from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
 from .models import build_smoke_model, smoke_vocab_path
+from .plan import build_scheduler
 from .tokens import pad_batch
-from .training import build_scheduler
 
 
 class NotDone(Exception):

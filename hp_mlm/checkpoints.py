@@ -17,8 +17,7 @@ from typing import Any
 
 from torch import nn
 
-from .common import atomic_write_text
-from .models import quiet_transformers
+from .common import atomic_write_text, error_summary, quiet_transformers
 
 CHECKPOINTS = "checkpoints"
 #: The finished model's folder inside a run's output folder.
@@ -33,11 +32,11 @@ RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epoch
                      "padding", "warmup_fraction")
 
 
-def run_shape(settings, learning_rate: float, processes: int) -> dict[str, Any]:
+def resume_key(settings, processes: int) -> dict[str, Any]:
     """What a checkpoint must share with the run that resumes it: ``RESUME_MUST_MATCH``, the peak
-    learning rate actually used and the number of processes (they fix the batches and the schedule)."""
-    return {k: getattr(settings, k) for k in RESUME_MUST_MATCH} | {"learning_rate": learning_rate,
-                                                                   "processes": processes}
+    learning rate (resolved) and the number of processes (they fix the batches and the schedule)."""
+    key = {k: getattr(settings, k) for k in RESUME_MUST_MATCH}
+    return key | {"learning_rate": settings.learning_rate, "processes": processes}
 
 
 def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -> Path:
@@ -89,23 +88,24 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
     try:
         path = pointer.parent / json.loads(pointer.read_text(encoding="utf-8"))["checkpoint"]
     except (ValueError, KeyError, TypeError, OSError) as error:
-        raise unreadable(pointer, error) from error
+        raise unreadable_checkpoint(pointer, error) from error
     if not (path / STATE).exists():  # the pointer is written last, so its checkpoint was removed since
-        raise unreadable(pointer, FileNotFoundError(f"{path.name} is missing"))
+        raise unreadable_checkpoint(pointer, FileNotFoundError(f"{path.name} is missing"))
     return path
 
 
-def unreadable(path: Path, error: Exception) -> ValueError:
-    """The error for a checkpoint file that cannot be read."""
-    return ValueError(f"the checkpoint {str(path)!r} cannot be read ({type(error).__name__}: {error}); "
-                      "pass --overwrite to start the training again")
+def unreadable_checkpoint(path: Path, error: Exception) -> ValueError:
+    """The error for a checkpoint file that cannot be read (quoting ``error``'s first line)."""
+    return ValueError(f"the checkpoint {str(path)!r} cannot be read ({error_summary(error)}); "
+                      "start the training again (`overwrite`)")
 
 
-def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) -> dict[str, Any] | None:
+def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
     """Load the latest checkpoint into the prepared objects; returns its ``state.json`` (None: no checkpoint).
 
     Raises:
-        ValueError: the checkpoint was written with other values of the settings in ``run_shape``
+        ValueError: the checkpoint was written with other values of the settings in ``key``
+            (:func:`resume_key`)
             (they fix the batches and the schedule); checked before any weight is loaded.
     """
     path = latest_checkpoint(directory)
@@ -114,19 +114,19 @@ def resume_state(accelerator, directory: str | Path, run_shape: dict[str, Any]) 
     try:
         state = json.loads((path / STATE).read_text(encoding="utf-8"))
     except (ValueError, OSError) as error:
-        raise unreadable(path / STATE, error) from error
-    saved = state.get("run", run_shape)
-    differ = {k: (saved.get(k), v) for k, v in run_shape.items() if saved.get(k) != v}
+        raise unreadable_checkpoint(path / STATE, error) from error
+    saved = state.get("run", key)
+    differ = {k: (saved.get(k), v) for k, v in key.items() if saved.get(k) != v}
     if differ:
         raise ValueError(
             "cannot resume: these settings differ from the interrupted run (was, now): "
             + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
-            + "; rerun with the same settings, or use --overwrite to start again"
+            + "; rerun with the same settings, or start again (`overwrite`)"
         )
     try:
         accelerator.load_state(str(path))
     except Exception as error:  # noqa: BLE001 - a damaged file, whatever the library's error type
-        raise unreadable(path, error) from error
+        raise unreadable_checkpoint(path, error) from error
     return state
 
 

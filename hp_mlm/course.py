@@ -29,7 +29,7 @@ def load_quiz(notebook: str) -> list[dict[str, Any]]:
     Raises:
         FileNotFoundError: no quiz for that notebook (names the ones there are).
     """
-    folder = resources.files("hp_mlm") / "data" / "quizzes"
+    folder = resources.files("hp_mlm") / "quizzes"
     path = folder / f"{notebook}.json"
     if not path.is_file():
         there = sorted(p.name.removesuffix(".json") for p in folder.iterdir() if p.name.endswith(".json"))

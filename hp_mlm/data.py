@@ -16,8 +16,9 @@ from pathlib import Path
 import torch
 from datasets import Dataset, DatasetDict, load_dataset, load_from_disk
 
-from .config import PACKAGE_DATASETS
+from .common import error_summary
 from .hub import cache_error, dataset_from_cache, dataset_in_cache, datasets_cache_dir, hub_error, is_local, require_hub
+from .profiles import PACKAGE_DATASETS
 
 #: Local file types we read, and the ``datasets`` builder for each.
 BUILDERS = {".txt": "text", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
@@ -56,7 +57,7 @@ class CorpusReport:
         if not self.sliced:
             return None
         return (f"using {self.n_loaded / self.n_available:.0%} of the rows ({self.n_loaded} of {self.n_available}; "
-                f"split {self.split!r}): pass --split {parse_split(self.split)[0]} for all of them")
+                f"split {self.split!r}): set `split` to {parse_split(self.split)[0]} for all of them")
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
@@ -141,7 +142,7 @@ def _load_split(source: str, split_name: str) -> Dataset:
     if source.startswith("hp_mlm:") and source not in PACKAGE_DATASETS:
         raise ValueError(f"{source!r} is not a corpus of the package; it ships {sorted(PACKAGE_DATASETS)}")
     if source in PACKAGE_DATASETS:
-        path = resources.files("hp_mlm") / "data" / PACKAGE_DATASETS[source]
+        path = resources.files("hp_mlm") / "corpora" / PACKAGE_DATASETS[source]
         return load_dataset("text", data_files={split_name: str(path)}, split=split_name)
     if is_local(source):
         path = Path(source).expanduser()
@@ -156,15 +157,14 @@ def _load_split(source: str, split_name: str) -> Dataset:
             return loaded
         if split_name != "train":  # data files hold one split, which datasets calls "train"
             raise ValueError(f"{source!r} is a data file or folder, whose one split is 'train', not {split_name!r}; "
-                             "pass e.g. --split train or --split 'train[:10%]'")
+                             "set `split` to e.g. train or 'train[:10%]'")
         builder, files = _local_files(path)
         if all(Path(f).stat().st_size == 0 for f in files):
             raise ValueError(f"{source!r} is empty: there is no text to train on. Pass {ACCEPTED}.")
         try:
             return load_dataset(builder, data_files={split_name: files}, split=split_name)
         except Exception as error:  # noqa: BLE001 - a malformed file, whatever the builder's error type
-            raise ValueError(f"Cannot read {source!r} as {builder} ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0][:200] if str(error) else ''}). Pass {ACCEPTED}.") from error
+            raise ValueError(f"Cannot read {source!r} as {builder} ({error_summary(error)}). Pass {ACCEPTED}.") from error
     # Offline mode or a Hub out of reach: datasets' own cache only (as load_dataset does offline).
     cache_only = require_hub(source, "dataset", lambda: dataset_in_cache(source), datasets_cache_dir())
     try:
@@ -178,7 +178,7 @@ def check_text_column(rows: Dataset, text_column: str) -> None:
     if text_column not in rows.column_names:
         raise ValueError(
             f"text column {text_column!r} not found; the data has columns {rows.column_names}. "
-            "Pass the right one with --text-column / HP_MLM_TEXT_COLUMN."
+            "Set text_column (HP_MLM_TEXT_COLUMN) to the right one."
         )
 
 
@@ -201,7 +201,7 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
 
     Args:
         source: a Hub dataset id (``andjela-r/mlm-harry-potter``), a local path (see ``ACCEPTED``),
-            or a corpus shipped with the package (``config.PACKAGE_DATASETS``: the smoke corpus,
+            or a corpus shipped with the package (``profiles.PACKAGE_DATASETS``: the smoke corpus,
             ``hp_mlm:products``). A ``.txt`` file is one row per line, in column ``text``.
         split: split and optional slice: ``train``, ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
         text_column: the column holding the text.
@@ -229,20 +229,6 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
     if extra:
         rows = rows.remove_columns(extra)
     return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows), len(full))
-
-
-def rows_from_texts(texts: list[str | None], text_column: str = "text") -> tuple[Dataset, int]:
-    """A cleaned ``Dataset`` from a Python list of texts (None/empty/whitespace dropped).
-
-    Returns:
-        ``(rows, number dropped)``.
-    Raises:
-        ValueError: if no row is usable.
-    """
-    rows, dropped = drop_empty_rows(Dataset.from_dict({text_column: list(texts)}), text_column)
-    if len(rows) == 0:
-        raise ValueError(f"no usable rows: all {dropped} texts are empty, whitespace-only or None")
-    return rows, dropped
 
 
 def train_validation_split(

@@ -17,8 +17,9 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import autocast, inference_mode, mlm_logits, model_device, process_state, sum_across_processes
-from .masking import IGNORE_INDEX, in_multi_piece_word
+from .masking import IGNORE_INDEX
 from .tokens import pad_batch
+from .words import in_multi_piece_word
 
 #: Kinds of scored token (see :func:`position_kinds`).
 KINDS = ("entity", "other_word", "whole_word", "word_piece")
@@ -56,51 +57,53 @@ def evaluate(
     """
     started = time.perf_counter()
     device = model_device(model)
-    n = hits1 = hitsk = 0
-    loss_sum = 0.0
-    kinds = {kind: [0, 0] for kind in KINDS}  # kind -> [top-1 hits, positions]
     order = sorted(range(len(frozen_rows)), key=lambda i: len(frozen_rows[i]["input_ids"]))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     state = process_state()  # several processes: each scores every N-th batch, then the sums are added
+    totals = [0.0] * (4 + 2 * len(KINDS))
     with inference_mode(model):
         for rows in batches[state.process_index :: state.num_processes]:
             batch = pad_batch([frozen_rows[i] for i in rows], tokenizer)
-            labels = batch["labels"].to(device)
-            target = labels != IGNORE_INDEX
-            if not bool(target.any()):
-                continue
-            with autocast(precision, device):
-                logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
-            logits = logits.float()
-            gold = labels[target]
-            loss_sum += nn.functional.cross_entropy(logits, gold, reduction="sum").item()
-            topk = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices
-            hits1 += (topk[:, 0] == gold).sum().item()
-            hitsk += (topk == gold[:, None]).any(dim=-1).sum().item()
-            n += int(target.sum())
-            right = (topk[:, 0] == gold).cpu()
-            for kind, where in position_kinds(batch, tokenizer).items():
-                selected = where[target.cpu()]
-                kinds[kind][0] += int(right[selected].sum())
-                kinds[kind][1] += int(selected.sum())
-    totals = sum_across_processes([n, hits1, hitsk, loss_sum, *(x for tally in kinds.values() for x in tally)])
+            sums = batch_sums(model, batch, tokenizer, top_k, precision, device)
+            totals = [a + b for a, b in zip(totals, sums)]
+    return scores(sum_across_processes(totals), len(frozen_rows), time.perf_counter() - started)
+
+
+def batch_sums(model: nn.Module, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase, top_k: int,
+               precision: str, device: torch.device) -> list[float]:
+    """What one padded batch adds to :func:`evaluate`'s sums: ``[positions scored, top-1 hits, top-k
+    hits, summed cross-entropy (nats)]``, then ``top-1 hits, positions`` for each of ``KINDS``."""
+    labels = batch["labels"].to(device)
+    target = labels != IGNORE_INDEX
+    if not bool(target.any()):
+        return [0.0] * (4 + 2 * len(KINDS))
+    with autocast(precision, device):
+        logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
+    logits, gold = logits.float(), labels[target]
+    loss = nn.functional.cross_entropy(logits, gold, reduction="sum").item()
+    topk = logits.topk(min(top_k, logits.shape[-1]), dim=-1).indices
+    right = topk[:, 0] == gold
+    sums = [int(target.sum()), right.sum().item(), (topk == gold[:, None]).any(dim=-1).sum().item(), loss]
+    found = position_kinds(batch, tokenizer)
+    for kind in KINDS:
+        selected = found[kind][target.cpu()] if kind in found else torch.zeros(len(gold), dtype=torch.bool)
+        sums += [int(right.cpu()[selected].sum()), int(selected.sum())]
+    return sums
+
+
+def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, Any]:
+    """:func:`evaluate`'s result from its summed ``totals`` (see :func:`batch_sums`)."""
     n, hits1, hitsk, loss_sum = int(totals[0]), int(totals[1]), int(totals[2]), totals[3]
     counts = dict(zip(KINDS, zip(totals[4::2], totals[5::2])))
     if n == 0:  # nothing scored: no accuracy at all, not an accuracy of 0.0
         return {"top1": None, "top5": None, "cross_entropy": None, "perplexity": None, "n_positions": 0,
-                "n_rows": len(frozen_rows), "kinds": {}, "seconds": time.perf_counter() - started}
+                "n_rows": n_rows, "kinds": {}, "seconds": seconds}
     cross_entropy = loss_sum / n
-    return {
-        "top1": hits1 / n,
-        "top5": hitsk / n,
-        "cross_entropy": cross_entropy,
-        "perplexity": math.exp(min(cross_entropy, 700.0)),
-        "n_positions": n,
-        "n_rows": len(frozen_rows),
-        "kinds": {k: {"top1": h / c if c else None, "n_positions": int(c)} for k, (h, c) in sorted(counts.items())
-                  if c or k in ("whole_word", "word_piece")},
-        "seconds": time.perf_counter() - started,
-    }
+    kinds = {k: {"top1": h / c if c else None, "n_positions": int(c)} for k, (h, c) in sorted(counts.items())
+             if c or k in ("whole_word", "word_piece")}
+    return {"top1": hits1 / n, "top5": hitsk / n, "cross_entropy": cross_entropy,
+            "perplexity": math.exp(min(cross_entropy, 700.0)), "n_positions": n, "n_rows": n_rows,
+            "kinds": kinds, "seconds": seconds}
 
 
 def position_kinds(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:

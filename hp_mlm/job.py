@@ -1,7 +1,7 @@
 """The main job, end to end: load, split, evaluate before, fine-tune, evaluate after, predict, save.
 
-``python -m hp_mlm train`` calls :func:`run_job`; notebook 04 calls :func:`ensure_trained` so that
-it can recreate the fine-tuned model with one call when notebook 03 has not been run.
+``python -m hp_mlm train`` calls :func:`run_job`, a short sequence of named phases; the notebooks
+take the same steps one by one (03 trains and saves, 04 evaluates).
 """
 
 from __future__ import annotations
@@ -14,14 +14,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import Validate
-from .checkpoints import CHECKPOINTS, MODEL_DIR, finished_model, latest_checkpoint, save_model
+from .callbacks import Callback, TimeBudget, Validate
+from .checkpoints import CHECKPOINTS, MODEL_DIR, latest_checkpoint, save_model
 from .common import atomic_write_text, generator, process_state
 from .config import Settings
 from .evaluation import evaluate, original_tutorial_accuracy
 from .hub import hub_token, upload_model
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
-from .prepare import check_inputs, default_probes, prepare
+from .plan import plan_training
+from .prepare import Prepared, check_inputs, prepare
 from .training import train
 
 #: What the log says when ``accelerate launch --cpu --num_processes N`` started a single process.
@@ -36,13 +37,13 @@ def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
 
     Raises:
         FileExistsError: ``output_dir/model`` or checkpoints exist and neither ``overwrite`` nor
-            ``resume`` was given; the message names both flags.
+            ``resume`` was given; the message names both.
     """
     existing = [p for p in (output_dir / MODEL_DIR, output_dir / CHECKPOINTS) if p.exists()]
     if existing and not (overwrite or resume):
         raise FileExistsError(
             f"{str(output_dir)!r} already holds a model or checkpoints ({', '.join(p.name for p in existing)}). "
-            "Pass --overwrite to replace it, --resume to continue its training, or choose another --output-dir."
+            "Pass `overwrite` to replace it, `resume` to continue its training, or choose another output_dir."
         )
 
 
@@ -69,90 +70,26 @@ def run_job(
         ``evaluate_after``, ``predict``, ``save``, ``total``; validation between epochs is in
         ``train``'s wall time but not in ``train_clock``, the loop's own clock).
     """
-    from .plots import plot_before_after, plot_loss_curve, save_figure
-
     started = time.perf_counter()
     out = Path(settings.output_dir)
-    check_inputs(settings, probes=probes)  # what the user gave first, then what is already on disk
-    probe_list = load_probes(probes) if probes else []  # a broken probes file is found before any loading
-    check_output_dir(out, overwrite, resume)
     state = process_state()  # under accelerate launch: every process trains, process 0 logs and writes
     log = log if state.is_main_process else (lambda _: None)
-    if resume and latest_checkpoint(out) is None:
-        if (out / MODEL_DIR).exists():
-            raise FileExistsError(
-                f"{str(out)!r} holds a finished model and no checkpoint to resume; pass --overwrite to train again"
-            )
-        log("no checkpoint to resume from; starting from the beginning")
-    if push_to_hub:
-        hub_token(push_to_hub)  # fail now, not after training
-    log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, data {settings.dataset} [{settings.split}]")
-    prep = prepare(settings)
-    settings, tok, model, precision = prep.settings, prep.loaded.tokenizer, prep.loaded.model, prep.precision
+    probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log)
+    prep = prepare(settings, inputs_checked=True)
+    log_data(prep, log)
     seconds = dict(prep.seconds)
-    if note := prep.report.slice_note():
-        log(note)
-    log(f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
-        f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation")
-    if prep.loaded.head_newly_initialised:
-        log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
-
-    def score(m) -> dict[str, Any]:
-        return evaluate(m, prep.frozen_validation, tok, settings.eval_batch_size, precision=precision)
-
-    def original(m, draw: str) -> dict[str, Any]:
-        return original_tutorial_accuracy(m, tok, sample, generator(settings.seed, draw), settings.max_length,
-                                          settings.eval_batch_size, precision)
-
-    sample = prep.train_rows[settings.text_column][:ORIGINAL_ACCURACY_ROWS]
     phase = time.perf_counter()
-    before, original_before = score(model), original(model, "original-before")
-    probes_before = score_probes(model, tok, probe_list, settings.top_k)
+    before = measure(prep, prep.loaded.model, "before", probe_list)
     seconds["evaluate_before"] = time.perf_counter() - phase
-    log(f"before: top-1 {before['top1']:.1%}, top-5 {before['top5']:.1%}, perplexity {before['perplexity']:.1f} "
-        f"({before['n_positions']} masked tokens)")
-    log(f"training on {history_device(state.num_processes)} in {precision}: learning rate {prep.learning_rate:g} "
-        f"({settings.schedule} schedule), {settings.epochs} epoch(s)")
-    if state.num_processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
-        log(ONE_CPU_PROCESS)
+    log_before_training(prep, before, state.num_processes, log)
+    history, after = train_and_measure(prep, out, resume, seconds)
     phase = time.perf_counter()
-    history = train(model, tok, prep.train_tokens, settings, prep.learning_rate, output_dir=out, resume=resume,
-                    callbacks=[Validate(score, settings.early_stopping_patience)])
-    after = history.get("final_validation") or history["epochs"][-1]["validation"]
-    seconds["evaluate_after"] = after["seconds"]
-    phase_after = time.perf_counter()
-    original_after = original(model, "original-after")
-    seconds["train"] = phase_after - phase - after["seconds"]
-    seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
-    seconds["evaluate_after"] += time.perf_counter() - phase_after
-    phase = time.perf_counter()
-    probes_after = score_probes(model, tok, probe_list, settings.top_k)
-    examples = fill_mask(model, tok, list(EXAMPLE_SENTENCES), top_k=settings.top_k, max_length=settings.max_length)
+    after["probes"], examples = predict(prep, probe_list)
     seconds["predict"] = time.perf_counter() - phase
-    metrics: dict[str, Any] = {
-        "before": before,
-        "after": after,
-        "original_tutorial_accuracy": {"before": original_before, "after": original_after,
-                                       "rows": "training rows, one random position per row (specials included), "
-                                               "a fresh draw per call"},
-        "probes": {"before": probes_before, "after": probes_after,
-                   "changed": changed_probes(probes_before, probes_after)},
-        "entities": prep.entities[:50],
-        "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
-        "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
-        "learning_rate": prep.learning_rate,
-        "head_newly_initialised": prep.loaded.head_newly_initialised,
-        "run": {"device": history["device"], "processes": history["processes"], "precision": history["precision"]},
-        "settings": settings.as_dict(),
-        "seconds": seconds,
-    }
+    metrics = collect_metrics(prep, before, after, history, examples, seconds)
     phase = time.perf_counter()
     if state.is_main_process:
-        save_model(model, tok, out / MODEL_DIR)
-        shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
-        atomic_write_text(out / "history.json", json.dumps(history, indent=2))
-        save_figure(plot_loss_curve(history), out / "loss_curve.png")
-        save_figure(plot_before_after(metrics), out / "before_after.png")
+        save_outputs(prep, history, metrics, out)
     seconds["save"] = time.perf_counter() - phase
     if push_to_hub and state.is_main_process:
         metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
@@ -164,7 +101,129 @@ def run_job(
     return metrics
 
 
-def history_device(processes: int = 1) -> str:
+def check_before_loading(settings: Settings, probes: str | Path | None, overwrite: bool, resume: bool,
+                         push_to_hub: str | None, log: Callable[[str], None]) -> list[dict[str, str]]:
+    """Every check that needs no model, in the order a user would fix them: the paths given, the
+    probes file, the output folder, a checkpoint to resume, the Hub token. Returns the probes."""
+    out = Path(settings.output_dir)
+    check_inputs(settings, probes=probes)
+    probe_list = load_probes(probes) if probes else []  # a broken probes file is found before any loading
+    check_output_dir(out, overwrite, resume)
+    if resume and latest_checkpoint(out) is None:
+        if (out / MODEL_DIR).exists():
+            raise FileExistsError(
+                f"{str(out)!r} holds a finished model and no checkpoint to resume; pass `overwrite` to train again"
+            )
+        log("no checkpoint to resume from; starting from the beginning")
+    if push_to_hub:
+        hub_token(push_to_hub)  # fail now, not after training
+    log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, "
+        f"data {settings.dataset} [{settings.split}]")
+    return probe_list
+
+
+def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
+    """Say what was loaded: the slice, the rows kept and held out, a new head."""
+    if note := prep.report.slice_note():
+        log(note)
+    log(f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
+        f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation")
+    if prep.loaded.head_newly_initialised:
+        log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
+
+
+def held_out(prep: Prepared, model) -> dict[str, Any]:
+    """``evaluation.evaluate`` on the frozen held-out masks, in the run's precision."""
+    s = prep.settings
+    return evaluate(model, prep.frozen_validation, prep.loaded.tokenizer, s.eval_batch_size, precision=s.precision)
+
+
+def measure(prep: Prepared, model, when: str, probe_list: list | None = None, held: dict | None = None) -> dict:
+    """What is measured ``when`` ("before" or "after"): held-out scores (``held`` when the loop has
+    scored them already), the original tutorial's accuracy (a fresh draw) and, given, the probes."""
+    s, tok = prep.settings, prep.loaded.tokenizer
+    result = {"held_out": held or held_out(prep, model)}
+    sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
+    result["original"] = original_tutorial_accuracy(model, tok, sample, generator(s.seed, f"original-{when}"),
+                                                    s.max_length, s.eval_batch_size, s.precision)
+    if probe_list is not None:
+        result["probes"] = score_probes(model, tok, probe_list, s.top_k)
+    return result
+
+
+def log_before_training(prep: Prepared, before: dict, processes: int, log: Callable[[str], None]) -> None:
+    """The "before" line, and where and how training runs."""
+    s, b = prep.settings, before["held_out"]
+    log(f"before: top-1 {b['top1']:.1%}, top-5 {b['top5']:.1%}, perplexity {b['perplexity']:.1f} "
+        f"({b['n_positions']} masked tokens)")
+    log(f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
+        f"({s.schedule} schedule), {s.epochs} epoch(s)")
+    if s.max_train_minutes:
+        log(f"time box: training stops after {s.max_train_minutes:g} min of training clock, then evaluates and saves")
+    if processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
+        log(ONE_CPU_PROCESS)
+
+
+def train_and_measure(prep: Prepared, out: Path, resume: bool, seconds: dict[str, float]) -> tuple[dict, dict]:
+    """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
+    ``seconds`` gains ``train``, ``train_clock`` and ``evaluate_after``."""
+    s, model = prep.settings, prep.loaded.model
+    phase = time.perf_counter()
+    plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
+    callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience)]
+    if s.max_train_minutes:  # a time box: the epoch in progress ends early and is validated as usual
+        callbacks.append(TimeBudget(60 * s.max_train_minutes))
+    history = train(plan, callbacks)
+    validated = history.get("final_validation") or history["epochs"][-1]["validation"]
+    seconds["train"] = time.perf_counter() - phase - validated["seconds"]
+    seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
+    phase = time.perf_counter()
+    after = measure(prep, model, "after", held=validated)
+    seconds["evaluate_after"] = validated["seconds"] + time.perf_counter() - phase
+    return history, after
+
+
+def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> tuple[dict[str, Any], list]:
+    """The fine-tuned model's probes and its fill-mask answers for ``inference.EXAMPLE_SENTENCES``."""
+    s, model, tok = prep.settings, prep.loaded.model, prep.loaded.tokenizer
+    probes = score_probes(model, tok, probe_list, s.top_k)
+    examples = fill_mask(model, tok, list(EXAMPLE_SENTENCES), top_k=s.top_k, max_length=s.max_length)
+    return probes, examples
+
+
+def collect_metrics(prep: Prepared, before: dict, after: dict, history: dict, examples: list,
+                    seconds: dict[str, float]) -> dict[str, Any]:
+    """The dict written to ``metrics.json`` (see :func:`run_job`)."""
+    rows_note = "training rows, one random position per row (specials included), a fresh draw per call"
+    return {
+        "before": before["held_out"],
+        "after": after["held_out"],
+        "original_tutorial_accuracy": {"before": before["original"], "after": after["original"], "rows": rows_note},
+        "probes": {"before": before["probes"], "after": after["probes"],
+                   "changed": changed_probes(before["probes"], after["probes"])},
+        "entities": prep.entities[:50],
+        "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
+        "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
+        "learning_rate": prep.settings.learning_rate,
+        "head_newly_initialised": prep.loaded.head_newly_initialised,
+        "run": {"device": history["device"], "processes": history["processes"], "precision": history["precision"]},
+        "settings": prep.settings.as_dict(),
+        "seconds": seconds,
+    }
+
+
+def save_outputs(prep: Prepared, history: dict, metrics: dict, out: Path) -> None:
+    """The model (replacing the checkpoints), the history and the two plots."""
+    from .plots import plot_before_after, plot_loss_curve, save_figure
+
+    save_model(prep.loaded.model, prep.loaded.tokenizer, out / MODEL_DIR)
+    shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
+    atomic_write_text(out / "history.json", json.dumps(history, indent=2))
+    save_figure(plot_loss_curve(history), out / "loss_curve.png")
+    save_figure(plot_before_after(metrics), out / "before_after.png")
+
+
+def describe_device(processes: int = 1) -> str:
     """Where training runs: ``cuda`` (with the GPU's name) or ``cpu``, and how many processes share it."""
     import torch
 
@@ -205,19 +264,3 @@ def format_report(metrics: dict[str, Any]) -> str:
         mark = "right" if row["hit_top1"] else "wrong"
         lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
     return "\n".join(lines)
-
-
-def ensure_trained(settings: Settings, log: Callable[[str], None] = print) -> Path:
-    """The fine-tuned model folder for ``settings``: reused when present (saved by the main job or
-    by ``checkpoints.save_model``, e.g. in notebook 03), else trained now by :func:`run_job`.
-
-    Returns:
-        ``Path(settings.output_dir) / "model"``.
-    """
-    target = finished_model(settings.output_dir)
-    if target is not None:
-        log(f"reusing the fine-tuned model in {settings.output_dir}/{MODEL_DIR}")
-        return target
-    log(f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet: running the main job to make it")
-    run_job(settings, probes=default_probes(settings), overwrite=True, log=log)
-    return Path(settings.output_dir) / MODEL_DIR

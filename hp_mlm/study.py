@@ -17,6 +17,7 @@ from .callbacks import Validate
 from .config import Settings
 from .evaluation import evaluate
 from .models import load_model
+from .plan import plan_training
 from .prepare import prepare
 from .training import train
 
@@ -62,7 +63,7 @@ def compare_options(
     tok, base = prep.loaded.tokenizer, prep.settings
 
     def score(model) -> dict[str, Any]:
-        return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=prep.precision)
+        return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
 
     rows = [_row("before fine-tuning", None, score(prep.loaded.model), 0, 0.0)]
     for name, changes in options.items():
@@ -70,8 +71,8 @@ def compare_options(
             run = base.replace(seed=base.seed + k, **changes)
             model = load_model(base.model, tok, seed=run.seed).model  # the same start for every option
             started = time.perf_counter()
-            history = train(model, tok, prep.train_tokens, run,
-                            callbacks=[Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else ())
+            callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
+            history = train(plan_training(model, tok, prep.train_tokens, run), callbacks)
             rows.append(_row(name, run.seed, score(model), len(history["epochs"]), time.perf_counter() - started))
             log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")
     return rows

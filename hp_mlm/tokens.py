@@ -28,7 +28,7 @@ def check_max_length(max_length: int, model_limit: int | None) -> None:
     if model_limit is not None and max_length > model_limit:
         raise ValueError(
             f"max_length={max_length} is above the model's limit of {model_limit} positions; "
-            f"pass --max-length {model_limit} or less"
+            f"set max_length to {model_limit} or less"
         )
 
 
@@ -46,7 +46,7 @@ def tokenize_rows(
     ``split_long_rows`` a long row becomes several rows instead, so no text is lost. No padding
     here: batches are padded later, each to its own longest row.
 
-    With ``entities`` (lower-cased words, e.g. from ``masking.find_entities``) each row also gets
+    With ``entities`` (lower-cased words, e.g. from ``entities.find_entities``) each row also gets
     ``entity_mask``: 1 on every piece of a word in ``entities``, else 0 (needs a fast tokenizer).
 
     Returns:

@@ -30,3 +30,14 @@ def run_cli(*args, env=None, timeout=300):
     full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
     return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True, timeout=timeout,
                           env=full_env)
+
+
+def fit(model, tokenizer, rows, settings, callbacks=(), **plan):
+    """Notebook 03's two halves: ``plan_training`` (with ``settings``' ``auto`` values settled for a
+    new head, as ``prepare`` would for the smoke BERT), then ``train``. Returns the history."""
+    from hp_mlm.config import resolve_auto
+    from hp_mlm.plan import plan_training
+    from hp_mlm.training import train
+
+    resolved = resolve_auto(settings, head_newly_initialised=True)
+    return train(plan_training(model, tokenizer, rows, resolved, **plan), callbacks)

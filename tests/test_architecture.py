@@ -1,25 +1,30 @@
 """The shape of the package: each module imports only from the layers below it (ARCHITECTURE.md)."""
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "hp_mlm"
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "hp_mlm"
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "hub", "profiles"},  # helpers below every step
-    {"config"},
+    {"common", "profiles"},  # helpers below every step
+    {"config", "hub"},
     {"data", "models", "entities"},
-    {"tokens"},
+    {"tokens", "words"},
     {"masking"},
-    {"callbacks", "checkpoints"},
+    {"callbacks", "checkpoints", "objective"},
+    {"plan"},
     {"training"},
     {"evaluation"},
     {"inference"},
     {"plots"},
     {"prepare", "checking", "course"},
-    {"job", "study", "exercises"},
+    {"job", "study", "exercises", "model_exercises"},
+    {"flags"},
     {"cli"},
     {"__main__"},
 ]
@@ -79,5 +84,44 @@ def test_a_reversed_import_is_caught(module, line):
 
 
 def test_no_module_is_longer_than_300_lines():
+    # the files are formatted (test_the_code_is_formatted_and_lint_clean), so these are formatted lines
     lengths = {name: len(source.splitlines()) for name, source in package_sources().items()}
     assert max(lengths.values()) <= 300, lengths
+
+
+def code_lines(source: str, node: ast.AST) -> int:
+    """Lines of code in a function, its ``def`` included: its lines less blank ones, comments and its docstring."""
+    lines = source.splitlines()[node.lineno - 1 : node.end_lineno]
+    docstring = set()
+    first = node.body[0]
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        docstring = set(range(first.lineno, first.end_lineno + 1))
+    return sum(
+        1
+        for number, line in enumerate(lines, start=node.lineno)
+        if line.strip() and not line.strip().startswith("#") and number not in docstring
+    )
+
+
+def longest_functions(sources: dict[str, str], limit: int = 60) -> dict[str, int]:
+    """``{"module.function": lines of code}`` for every function longer than ``limit``."""
+    found = {}
+    for module, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and code_lines(source, node) > limit:
+                found[f"{module}.{node.name}"] = code_lines(source, node)
+    return found
+
+
+def test_no_function_is_longer_than_60_lines_of_code():
+    benchmarks = {f"benchmarks/{p.stem}": p.read_text(encoding="utf-8") for p in (ROOT / "benchmarks").glob("*.py")}
+    assert longest_functions(package_sources()) == {}
+    assert longest_functions(benchmarks) == {}
+
+
+def test_the_length_check_counts_code_not_docstrings_or_comments():
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))  # 60 statements and the def line
+    long = f'def f():\n    """Doc.\n\n    More doc.\n    """\n    # a comment\n\n{body}\n'
+    assert longest_functions({"m": long}) == {"m.f": 61}
+    assert longest_functions({"m": long.replace("    x59 = 59\n", "")}) == {}
+

@@ -83,9 +83,9 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--mlm-probability", "1.5"], "mlm_probability"),
-    (["--batch-size", "0"], "batch_size"),
-    (["--validation-fraction", "1"], "validation_fraction"),
+    (["--mlm-probability", "1.5"], "--mlm-probability (HP_MLM_MLM_PROBABILITY) must be in (0, 1)"),
+    (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE) must be >= 1"),
+    (["--validation-fraction", "1"], "--validation-fraction"),
     (["--dataset", "no/such/file.parquet"], "no such file"),
     (["--max-length", "4096"], "limit of 128"),
 ])

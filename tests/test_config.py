@@ -2,7 +2,8 @@ import dataclasses
 
 import pytest
 
-from hp_mlm.config import SMOKE_DATASET, SMOKE_MODEL, Settings, get_settings, resolve_learning_rate
+from hp_mlm.config import Settings, get_settings
+from hp_mlm.profiles import SMOKE_DATASET, SMOKE_MODEL
 
 
 def test_defaults_are_the_course_real_job():
@@ -57,14 +58,15 @@ def test_unknown_profile_and_setting_are_refused():
 
 
 def test_new_head_policy_applies_only_to_a_new_head():
-    from hp_mlm.config import NEW_HEAD, PRETRAINED_HEAD, resolve_auto
+    from hp_mlm.config import resolve_auto
+    from hp_mlm.profiles import NEW_HEAD, PRETRAINED_HEAD
 
     s = Settings()
     new, pretrained = resolve_auto(s, head_newly_initialised=True), resolve_auto(s, head_newly_initialised=False)
     assert (new.learning_rate, new.schedule) == (NEW_HEAD["learning_rate"], NEW_HEAD["schedule"])
     assert (pretrained.learning_rate, pretrained.schedule) == (5e-5, "linear") == tuple(PRETRAINED_HEAD.values())
     assert NEW_HEAD != PRETRAINED_HEAD
-    assert resolve_learning_rate(s.replace(recipe="seed"), head_newly_initialised=True) == 1e-5
+    assert resolve_auto(s.replace(recipe="seed"), head_newly_initialised=True).learning_rate == 1e-5
     assert resolve_auto(s.replace(recipe="original"), head_newly_initialised=True).schedule == "constant"
     # explicit choices are kept, whatever the head
     explicit = resolve_auto(s.replace(learning_rate=3e-4, schedule="linear"), head_newly_initialised=True)
@@ -72,7 +74,7 @@ def test_new_head_policy_applies_only_to_a_new_head():
 
 
 def test_original_recipe_is_settings_below_variables_and_flags():
-    from hp_mlm.config import ORIGINAL_RECIPE
+    from hp_mlm.profiles import ORIGINAL_RECIPE
 
     s = get_settings("full", environ={}, recipe="original")
     assert all(getattr(s, k) == v for k, v in ORIGINAL_RECIPE.items())

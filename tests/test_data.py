@@ -6,7 +6,7 @@ import pytest
 from datasets import Dataset, DatasetDict
 from helpers import SENTENCES
 
-from hp_mlm.data import load_corpus, rows_from_texts, slice_indices, train_validation_split
+from hp_mlm.data import load_corpus, slice_indices, train_validation_split
 from hp_mlm.hub import HubUnavailableError
 
 
@@ -47,8 +47,6 @@ def test_empty_whitespace_and_none_rows_are_dropped_and_counted(tmp_path):
     rows, report = load_corpus(str(path), "train")
     assert rows["text"] == ["Harry smiled.", "Ron laughed."]
     assert report.n_dropped == 3 and report.n_rows == 2
-    kept, dropped = rows_from_texts(texts)
-    assert kept["text"] == ["Harry smiled.", "Ron laughed."] and dropped == 3
 
 
 def test_a_corpus_with_no_usable_rows_is_refused(tmp_path):

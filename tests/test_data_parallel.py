@@ -23,11 +23,12 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import MaskingCollator, freeze_masks
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.tokens import tokenize_rows
+import hp_mlm.plan as p
 import hp_mlm.training as t
 
 out, epochs, resume, slow = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 settings = get_settings("smoke", environ={}, epochs=epochs, batch_size=8, checkpoint_every=2, progress=False,
-                        split="train[:100]", schedule="linear", precision="fp32")
+                        split="train[:100]", schedule="linear", precision="fp32", learning_rate=2e-3)
 tok = build_smoke_tokenizer()
 model = build_smoke_model(tok)
 rows, _ = load_corpus(settings.dataset, settings.split)
@@ -40,15 +41,15 @@ def recording(self, features):
     return collate(self, features)
 MaskingCollator.__call__ = recording
 if slow:  # report each checkpoint, so the test can kill the run just after one
-    real = t.save_checkpoint
+    real = p.save_checkpoint
     def save_and_report(*a, **k):
         path = real(*a, **k)
         if state.is_main_process:
             print("CHECKPOINT", path.name, flush=True)
         time.sleep(0.5)
         return path
-    t.save_checkpoint = save_and_report
-history = t.train(model, tok, tokens, settings, 2e-3, output_dir=out, resume=resume)
+    p.save_checkpoint = save_and_report
+history = t.train(p.plan_training(model, tok, tokens, settings, output_dir=out, resume=resume))
 frozen = freeze_masks(tokens[:60], tok, 0.15, seed=7)
 result = evaluate(model, frozen, tok, batch_size=8)  # each process scores every other batch
 if state.is_main_process:

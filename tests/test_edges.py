@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import SENTENCES, run_cli, tokenised
+from helpers import SENTENCES, fit, run_cli, tokenised
 
 import hp_mlm
 from hp_mlm import cli
@@ -17,7 +17,6 @@ from hp_mlm.config import get_settings
 from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
-from hp_mlm.training import train
 
 PACKAGE = Path(hp_mlm.__file__).parent
 
@@ -37,11 +36,10 @@ def saved_smoke(tmp_path_factory):
 def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_tokenizer, smoke_model):
     hi = tokenised(smoke_tokenizer, ["Hi."])
     collator = MaskingCollator(smoke_tokenizer, 0.15, seed=1)
-    collator.start_epoch(0)
     assert not (collator(hi)["labels"] != IGNORE_INDEX).any()  # the case's input: nothing masked
     settings = get_settings("smoke", environ={}, epochs=1, batch_size=1, progress=False, checkpoint_every=0,
                             learning_rate=1e-3, schedule="linear", seed=1, group_by_length=False)
-    history = train(smoke_model, smoke_tokenizer, hi, settings)
+    history = fit(smoke_model, smoke_tokenizer, hi, settings)
     assert history["batches_without_masks"] == 1
     assert history["optimizer_steps"] == 0 and history["steps"] == []
     assert history["epochs"][0]["train_loss"] is None  # not 0.0
@@ -51,7 +49,7 @@ def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_
     rows = tokenised(smoke_tokenizer, ["Hi."] * 6 + SENTENCES)
     settings = get_settings("smoke", environ={}, epochs=2, batch_size=1, progress=False, checkpoint_every=0,
                             learning_rate=1e-3, schedule="linear", group_by_length=False)
-    history = train(smoke_model, smoke_tokenizer, rows, settings)
+    history = fit(smoke_model, smoke_tokenizer, rows, settings)
     skipped = history["batches_without_masks"]
     assert skipped > 0
     assert history["optimizer_steps"] == 2 * len(rows) - skipped == len(history["steps"])
@@ -152,7 +150,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
 
 
 def test_real_errors_from_inside_a_run_are_one_line(tmp_path, monkeypatch, capsys):
-    from hp_mlm.training import MaskedLMObjective
+    from hp_mlm.objective import MaskedLMObjective
 
     def out_of_memory(self, *args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -203,12 +201,12 @@ def own_book(tmp_path):
     import pandas as pd
 
     path = tmp_path / "my_book.parquet"
-    lines = [line for line in (PACKAGE / "data" / "smoke_corpus.txt").read_text().splitlines() if line.strip()]
+    lines = [line for line in (PACKAGE / "corpora" / "smoke_corpus.txt").read_text().splitlines() if line.strip()]
     pd.DataFrame({"text": lines[:200]}).to_parquet(path)
     return path
 
 
-def test_own_data_cut_by_the_split_says_so_and_names_the_flag(tmp_path, own_book):
+def test_own_data_cut_by_the_split_says_so_and_names_the_setting(tmp_path, own_book):
     from hp_mlm.job import run_job
 
     logged = []
@@ -216,7 +214,7 @@ def test_own_data_cut_by_the_split_says_so_and_names_the_flag(tmp_path, own_book
                             output_dir=str(tmp_path / "out"), progress=False)
     metrics = run_job(settings, log=logged.append)
     line = next(text for text in logged if text.startswith("using"))
-    assert "10% of the rows (20 of 200" in line and "--split train" in line
+    assert "10% of the rows (20 of 200" in line and "set `split` to train" in line
     assert metrics["data"]["n_available"] == 200 and metrics["data"]["n_loaded"] == 20
     logged.clear()
     run_job(settings.replace(split="train", output_dir=str(tmp_path / "all")), log=logged.append)
@@ -359,7 +357,7 @@ def test_a_bad_probes_file_is_found_before_any_loading(tmp_path, capsys, monkeyp
         assert needle in line
 
 
-@pytest.mark.parametrize("args, flag", [(["--lr", "-1"], "--lr or HP_MLM_LEARNING_RATE"),
-                                        (["--batch-size", "0"], "--batch-size or HP_MLM_BATCH_SIZE")])
+@pytest.mark.parametrize("args, flag", [(["--lr", "-1"], "--lr (HP_MLM_LEARNING_RATE)"),
+                                        (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE)")])
 def test_range_errors_name_the_flag_and_the_variable(tmp_path, capsys, args, flag):
     assert flag in one_line(capsys, ["train", "--profile", "smoke", "--output-dir", str(tmp_path), *args])

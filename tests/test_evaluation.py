@@ -3,7 +3,7 @@ from helpers import SENTENCES, tokenised
 
 from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
-from hp_mlm.training import masked_lm_loss
+from hp_mlm.objective import masked_lm_loss
 
 
 def frozen(tokenizer, texts=SENTENCES, p=0.3, seed=0):

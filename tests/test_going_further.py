@@ -6,21 +6,14 @@ import json
 import pytest
 import torch
 from datasets import Dataset
-from helpers import SENTENCES, tokenised
+from helpers import SENTENCES, fit, tokenised
 
 from hp_mlm.config import get_settings
 from hp_mlm.entities import find_entities
 from hp_mlm.evaluation import evaluate
-from hp_mlm.masking import (
-    IGNORE_INDEX,
-    MaskingCollator,
-    continuation_table,
-    freeze_masks,
-    mask_tokens,
-    selectable_positions,
-    word_start_index,
-)
+from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks, mask_tokens, selectable_positions
 from hp_mlm.tokens import pad_batch, tokenize_rows
+from hp_mlm.words import continuation_table, word_start_index
 
 PIECEY = ["Éloise quoted the thornbacks unquestionably.", "Mira Ashdown overheard quotations at Fogmoor."]
 
@@ -101,7 +94,6 @@ def test_collator_passes_entities_and_evaluation_reports_per_kind(smoke_tokenize
 
 def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_model):
     from hp_mlm.callbacks import Validate
-    from hp_mlm.training import train
 
     rows = tokenised(smoke_tokenizer, SENTENCES)
     losses = iter([3.0, 2.0, 2.5, 2.6, 1.0, 0.5])
@@ -113,7 +105,7 @@ def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_mo
         return {"cross_entropy": next(losses)}
 
     settings = get_settings("smoke", environ={}, epochs=6, batch_size=4, progress=False, schedule="linear")
-    history = train(smoke_model, smoke_tokenizer, rows, settings, 1e-3, callbacks=[Validate(fake_validation, 2)])
+    history = fit(smoke_model, smoke_tokenizer, rows, settings.replace(learning_rate=1e-3), callbacks=[Validate(fake_validation, 2)])
     assert history["early_stopping"] == {"best_epoch": 2, "best_cross_entropy": 2.0, "stopped_after_epoch": 4}
     assert len(history["epochs"]) == 4
     state = smoke_model.state_dict()
@@ -173,7 +165,8 @@ def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
 
 
 def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_path(tmp_path):
-    from hp_mlm.job import default_probes, run_job
+    from hp_mlm.job import run_job
+    from hp_mlm.prepare import default_probes
 
     settings = get_settings("smoke", environ={}, dataset="hp_mlm:products", epochs=2, output_dir=str(tmp_path),
                             progress=False)
@@ -181,3 +174,17 @@ def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_p
     assert metrics["data"]["n_loaded"] == 240 and metrics["data"]["n_dropped"] == 0
     assert metrics["after"]["cross_entropy"] < metrics["before"]["cross_entropy"]
     assert metrics["probes"]["after"]["n"] == 10
+
+
+def test_a_time_box_stops_the_main_job_early_and_it_still_evaluates_and_saves(tmp_path):
+    from hp_mlm.job import run_job
+
+    settings = get_settings("smoke", environ={}, epochs=200, progress=False, checkpoint_every=0,
+                            output_dir=str(tmp_path / "boxed"), max_train_minutes=0.02)  # 1.2 s of training clock
+    logged = []
+    metrics = run_job(settings, log=logged.append)
+    history = json.loads((tmp_path / "boxed" / "history.json").read_text())
+    assert any(line.startswith("time box: training stops after 0.02 min") for line in logged)
+    assert len(history["epochs"]) < 200 and history["steps"][-1]["seconds"] >= 1.2
+    assert metrics["after"] == history["epochs"][-1]["validation"]  # the stopped epoch was validated
+    assert (tmp_path / "boxed" / "model" / "model.safetensors").is_file()

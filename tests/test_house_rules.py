@@ -44,19 +44,19 @@ def test_every_torch_load_is_weights_only():
                 assert "weights_only=True" in line, f"{path.name}:{number}"
 
 
-def test_cuda_out_of_memory_is_reported_with_the_flags_to_lower(monkeypatch, smoke_tokenizer, smoke_model):
-    from helpers import SENTENCES, tokenised
+def test_cuda_out_of_memory_is_reported_with_the_settings_to_lower(monkeypatch, smoke_tokenizer, smoke_model):
+    from helpers import SENTENCES, fit, tokenised
 
-    from hp_mlm import training
+    from hp_mlm import objective
     from hp_mlm.config import get_settings
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(training, "masked_lm_loss", out_of_memory)
+    monkeypatch.setattr(objective, "masked_lm_loss", out_of_memory)
     settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1, schedule="linear")
-    with pytest.raises(RuntimeError, match=r"batch_size=4 and max_length=64.*--batch-size.*--gradient-accumulation-steps.*--max-length"):
-        training.train(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings, 1e-3)
+    with pytest.raises(RuntimeError, match=r"batch_size=4 and max_length=64 \(OutOfMemoryError: CUDA out of memory\. Tried.*Lower batch_size.*gradient_accumulation_steps.*max_length"):
+        fit(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings.replace(learning_rate=1e-3))
 
 
 def test_importing_the_package_is_light_and_touches_no_network():

@@ -10,10 +10,11 @@ from hp_mlm.masking import (
     MaskingCollator,
     freeze_masks,
     mask_tokens,
-    replacement_ids,
     selectable_positions,
+    with_position,
 )
 from hp_mlm.tokens import pad_batch
+from hp_mlm.words import replacement_ids
 
 
 def padded(tokenizer, texts):
@@ -47,16 +48,18 @@ def test_rate_is_015_over_50k_positions_and_seeded(smoke_tokenizer):
     assert torch.equal(labels, again)
 
 
-def test_collator_draws_different_masks_for_every_batch(smoke_tokenizer):
+def test_collator_draws_different_masks_for_every_batch_and_the_same_for_the_same_place(smoke_tokenizer):
     rows = tokenised(smoke_tokenizer, SENTENCES)
     collator = MaskingCollator(smoke_tokenizer, 0.5, seed=1)
-    first, second = collator(rows), collator(rows)
-    assert not torch.equal(first["labels"], second["labels"])
-    replay = MaskingCollator(smoke_tokenizer, 0.5, seed=1)
-    assert torch.equal(replay(rows)["labels"], first["labels"])
+    first = collator(with_position(rows, epoch=0, batch_index=0))["labels"]
+    for epoch, batch_index in ((0, 1), (1, 0)):
+        assert not torch.equal(collator(with_position(rows, epoch, batch_index))["labels"], first)
+    # a pure function of the place: calling it again, or another collator, draws the same masks
+    assert torch.equal(collator(with_position(rows, 0, 0))["labels"], first)
+    assert torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1)(rows)["labels"], first)  # no place: batch 0
     # under accelerate launch, process 0 draws what a single process draws, the others differ
-    assert torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=0)(rows)["labels"], first["labels"])
-    assert not torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=1)(rows)["labels"], first["labels"])
+    assert torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=0)(rows)["labels"], first)
+    assert not torch.equal(MaskingCollator(smoke_tokenizer, 0.5, seed=1, process_index=1)(rows)["labels"], first)
 
 
 def test_mask_id_comes_from_the_tokenizer_not_103(tiny_vocab_tokenizer):

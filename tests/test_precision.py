@@ -4,12 +4,11 @@ import math
 
 import pytest
 import torch
-from helpers import SENTENCES, tokenised
+from helpers import SENTENCES, fit, tokenised
 
 from hp_mlm.common import autocast, cpu_has_native_bf16, resolve_precision
 from hp_mlm.config import get_settings
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
-from hp_mlm.training import train
 
 ZEN4 = "processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 avx512_vnni\n"
 OLDER = "processor\t: 0\nflags\t\t: fpu sse4_2 avx2 fma\n"
@@ -76,7 +75,7 @@ def test_bf16_and_fp32_training_give_close_losses_and_the_history_names_the_prec
         model = build_smoke_model(tokenizer)
         settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, progress=False, schedule="linear",
                                 precision=precision)
-        history = train(model, tokenizer, rows, settings)
+        history = fit(model, tokenizer, rows, settings)
         assert history["precision"] == precision and history["device"] == "cpu" and history["processes"] == 1
         losses[precision] = [s["loss"] for s in history["steps"]]
     assert len(losses["fp32"]) == len(losses["bf16"])

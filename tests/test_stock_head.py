@@ -12,8 +12,9 @@ from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from hp_mlm import models
-from hp_mlm.config import OFFLINE_MODEL, RANDOM_HEAD_MODEL, get_settings, resolve_auto
+from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.models import STOCK_HEAD_FILE, build_smoke_tokenizer, load_model, load_stock_head
+from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
 
 #: MiniLM-L6's head shapes (hidden 384, bert-base-uncased's 30,522 tokens), with one small layer.
 MINILM_SHAPES = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)

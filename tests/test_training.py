@@ -7,20 +7,22 @@ import sys
 
 import pytest
 import torch
-from helpers import SENTENCES, tokenised
+from helpers import SENTENCES, fit, tokenised
 from safetensors.torch import load_file
 from transformers import AutoModelForMaskedLM, AutoTokenizer
 
 from hp_mlm.checkpoints import latest_checkpoint, save_model
-from hp_mlm.config import get_settings
+from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.masking import MaskingCollator
-from hp_mlm.training import TrainingDiverged, build_optimizer, masked_lm_loss, train
+from hp_mlm.objective import masked_lm_loss
+from hp_mlm.plan import build_optimizer
+from hp_mlm.training import TrainingDiverged
 
 
 def smoke_settings(**changes):
     base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
     base.update(changes)
-    return get_settings("smoke", environ={}, **base)
+    return resolve_auto(get_settings("smoke", environ={}, **base), head_newly_initialised=True)
 
 
 def test_masked_position_head_gives_the_same_loss_as_the_full_head(smoke_tokenizer, smoke_model):
@@ -50,14 +52,14 @@ def test_optimizer_is_torch_adamw_without_decay_on_bias_and_layernorm(smoke_mode
 
 def test_one_training_step_on_two_rows_gives_a_finite_loss(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, ["Harry looked at the owl.", "Ron ate a sandwich."])
-    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, mlm_probability=0.5), 5e-5)
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, mlm_probability=0.5, learning_rate=5e-5))
     assert len(history["steps"]) == 1 and math.isfinite(history["steps"][0]["loss"])
     assert not smoke_model.training
 
 
 def test_training_lowers_the_loss_and_checkpoints_atomically(tmp_path, smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES * 4)
-    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=6, checkpoint_every=5), 3e-3,
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=6, checkpoint_every=5, learning_rate=3e-3),
                     output_dir=tmp_path)
     first, last = history["epochs"][0]["train_loss"], history["epochs"][-1]["train_loss"]
     assert last < first
@@ -73,13 +75,13 @@ def test_training_lowers_the_loss_and_checkpoints_atomically(tmp_path, smoke_tok
 
 def test_nan_loss_stops_training_naming_the_step_and_keeps_the_checkpoint(tmp_path, smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES * 4)
-    train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), output_dir=tmp_path)
     good = latest_checkpoint(tmp_path)
     before = load_file(good / "model.safetensors")
     with torch.no_grad():
         smoke_model.bert.embeddings.word_embeddings.weight[5:] = float("nan")
-    with pytest.raises(TrainingDiverged, match=r"step 1 .*lower learning rate"):
-        train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    with pytest.raises(TrainingDiverged, match=r"step 1 .*lower learning_rate"):
+        fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), output_dir=tmp_path)
     assert latest_checkpoint(tmp_path) == good
     after = load_file(good / "model.safetensors")
     assert all(torch.equal(before[k], after[k]) for k in before)
@@ -87,7 +89,7 @@ def test_nan_loss_stops_training_naming_the_step_and_keeps_the_checkpoint(tmp_pa
 
 def test_save_then_reload_gives_identical_logits_and_tied_decoder(tmp_path, smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES[:2])
-    train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2), 1e-3)
+    fit(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2))
     save_model(smoke_model, smoke_tokenizer, tmp_path / "model")
     assert (tmp_path / "model" / "model.safetensors").exists()
     model, info = AutoModelForMaskedLM.from_pretrained(tmp_path / "model", output_loading_info=True)
@@ -104,21 +106,23 @@ def test_save_then_reload_gives_identical_logits_and_tied_decoder(tmp_path, smok
 
 RESUME_SCRIPT = """
 import sys, torch
-from hp_mlm.config import get_settings
+from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.data import load_corpus
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.tokens import tokenize_rows
 from hp_mlm.checkpoints import save_model
+from hp_mlm.plan import plan_training
 from hp_mlm.training import train
 out, resume, slow = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, checkpoint_every=3, progress=False,
-                        split="train[:96]", schedule="linear")
+                        split="train[:96]", schedule="linear", learning_rate=2e-3)
+settings = resolve_auto(settings, head_newly_initialised=True)
 tok = build_smoke_tokenizer()
 model = build_smoke_model(tok)
 rows, _ = load_corpus(settings.dataset, settings.split)
 tokens = list(tokenize_rows(rows, tok, settings.max_length))
 if slow:
-    import hp_mlm.training as t  # report each checkpoint, so the test can kill the run just after one
+    import hp_mlm.plan as t  # report each checkpoint, so the test can kill the run just after one
     real = t.save_checkpoint
     def save_and_report(*a, **k):
         path = real(*a, **k)
@@ -126,7 +130,7 @@ if slow:
         import time; time.sleep(0.5)
         return path
     t.save_checkpoint = save_and_report
-history = train(model, tok, tokens, settings, 2e-3, output_dir=out, resume=resume)
+history = train(plan_training(model, tok, tokens, settings, output_dir=out, resume=resume))
 save_model(model, tok, out + "/model")
 import json; open(out + "/history.json", "w").write(json.dumps(history))
 print("DONE", flush=True)
@@ -167,7 +171,7 @@ def test_killed_mid_epoch_then_resumed_ends_with_the_same_weights(tmp_path):
 
 def test_gradient_accumulation_counts_optimizer_steps_not_batches(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES)  # 8 rows, batches of 2 -> 4 batches
-    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, gradient_accumulation_steps=2), 1e-3)
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, gradient_accumulation_steps=2))
     assert history["optimizer_steps"] == 2 and len(history["steps"]) == 2
 
 
@@ -175,29 +179,37 @@ def test_ablations_static_masks_and_labels_everywhere_train(smoke_tokenizer, smo
     rows = tokenised(smoke_tokenizer, SENTENCES)
     for change in ({"mask_once": True}, {"label_all_tokens": True}, {"mask_once": True, "label_all_tokens": True},
                    {"schedule": "constant"}, {"masking": "bert"}):
-        history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(**change), 1e-3)
+        history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(**change))
         assert all(math.isfinite(s["loss"]) for s in history["steps"]), change
 
 
 def test_resume_with_different_settings_is_refused(tmp_path, smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES)
-    train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), 1e-3, output_dir=tmp_path)
+    fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), output_dir=tmp_path)
     with pytest.raises(ValueError, match=r"batch_size 4 -> 2"):
-        train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2), 1e-3,
+        fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2),
               output_dir=tmp_path, resume=True)
 
 
 def test_callbacks_stop_on_a_time_budget_and_see_every_step(smoke_tokenizer, smoke_model):
-    from hp_mlm.callbacks import EveryNSteps, TimeBudget
+    from hp_mlm.callbacks import Callback, TimeBudget
+
+    class Every2(Callback):
+        def __init__(self):
+            self.seen = []
+
+        def on_step(self, model, step):
+            if step["step"] % 2 == 0:
+                self.seen.append((step["step"], model.training))
+            return False
 
     rows = tokenised(smoke_tokenizer, SENTENCES * 8)  # 64 rows, batches of 4: 16 steps per epoch
-    every = EveryNSteps(2, lambda m: m.training)
-    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=50), 1e-3,
-                    callbacks=[every, TimeBudget(0.5)])
+    every = Every2()
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=50), callbacks=[every, TimeBudget(0.5)])
     n = history["optimizer_steps"]
     assert 0 < n < 50 * 16 and history["steps"][-1]["seconds"] >= 0.5
-    assert [step for step, _ in every.results] == list(range(2, n + 1, 2))
-    assert all(training for _, training in every.results)  # called mid-training, in train mode
+    assert [step for step, _ in every.seen] == list(range(2, n + 1, 2))
+    assert all(training for _, training in every.seen)  # called mid-training, in train mode
 
 
 def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
@@ -208,15 +220,15 @@ def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
         seen.append(total_steps)
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
 
-    history = train(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2), 1e-3,
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2),
                     make_scheduler=halving)
     assert seen == [8]
     assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5 ** k for k in range(1, 9)])
 
 
 def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_model):
-    from hp_mlm.config import NEW_HEAD, PRETRAINED_HEAD
     from hp_mlm.prepare import prepare
+    from hp_mlm.profiles import NEW_HEAD, PRETRAINED_HEAD
 
     smoke = get_settings("smoke", environ={}, progress=False).replace(learning_rate=None)  # the profile sets one
     new = prepare(smoke)
@@ -226,3 +238,20 @@ def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_
     pretrained = prepare(smoke.replace(model=str(tmp_path / "model")))
     assert not pretrained.loaded.head_newly_initialised
     assert (pretrained.settings.learning_rate, pretrained.settings.schedule) == tuple(PRETRAINED_HEAD.values())
+
+
+def test_masks_are_the_same_with_dataloader_workers_and_after_a_skip(smoke_tokenizer):
+    from torch.utils.data import DataLoader
+
+    from hp_mlm.plan import epoch_loader, training_data
+
+    rows = tokenised(smoke_tokenizer, SENTENCES * 3)
+    settings = smoke_settings(batch_size=4)
+    data, collator = training_data(rows, smoke_tokenizer, settings)
+    loader = epoch_loader(data, collator, [len(r["input_ids"]) for r in rows], settings, epoch=1)
+    one = [batch["labels"] for batch in loader]
+    workers = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, collate_fn=collator, num_workers=2)
+    assert all(torch.equal(a, b["labels"]) for a, b in zip(one, workers, strict=True))
+    # a loader started at its third batch (a resumed run) draws what the full one drew there
+    later = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler[2:], collate_fn=collator)
+    assert all(torch.equal(a, b["labels"]) for a, b in zip(one[2:], later, strict=True))
