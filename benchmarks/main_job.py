@@ -32,34 +32,68 @@ def run(args: list[str], out: Path) -> dict:
     env = {**os.environ, "HP_MLM_PROGRESS": "0"}
     env = {k: v for k, v in env.items() if not k.startswith("HP_MLM_") or k == "HP_MLM_PROGRESS"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "hp_mlm", "train", *args, "--output-dir", str(out)],
-                          capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [sys.executable, "-m", "hp_mlm", "train", *args, "--output-dir", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"command failed ({done.returncode}): {' '.join(args)}\n{done.stderr[-3000:]}")
     metrics = json.loads((out / "metrics.json").read_text())
-    return {"args": args, "wall_seconds": wall, "seconds": metrics["seconds"], "before": metrics["before"],
-            "after": metrics["after"], "probes": {k: metrics["probes"]["after"][k] for k in ("hits_top1", "hits_topk", "n")},
-            "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in metrics["probes"]["after"]["rows"]], "run": metrics["run"], "learning_rate": metrics["learning_rate"],
-            "n_train": metrics["data"]["n_train"], "n_validation": metrics["data"]["n_validation"]}
+    return {
+        "args": args,
+        "wall_seconds": wall,
+        "seconds": metrics["seconds"],
+        "before": metrics["before"],
+        "after": metrics["after"],
+        "probes": {k: metrics["probes"]["after"][k] for k in ("hits_top1", "hits_topk", "n")},
+        "probe_rows": [{k: v for k, v in row.items() if k != "text"} for row in metrics["probes"]["after"]["rows"]],
+        "run": metrics["run"],
+        "learning_rate": metrics["learning_rate"],
+        "n_train": metrics["data"]["n_train"],
+        "n_validation": metrics["data"]["n_validation"],
+    }
 
 
 def summary_line(name: str, r: dict) -> str:
     s = r["seconds"]
-    return (f"| {name} | {r['wall_seconds']:.0f} | {s['train_clock']:.0f} | {s['load'] + s['tokenise']:.0f} | "
-            f"{s['evaluate_before'] + s['evaluate_after']:.0f} | {100 * r['after']['top1']:.1f} | "
-            f"{100 * r['after']['top5']:.1f} | {r['probes']['hits_top1']} / {r['probes']['hits_topk']} of {r['probes']['n']} | "
-            f"{r['run']['precision']} |")
+    return (
+        f"| {name} | {r['wall_seconds']:.0f} | {s['train_clock']:.0f} | {s['load'] + s['tokenise']:.0f} | "
+        f"{s['evaluate_before'] + s['evaluate_after']:.0f} | {100 * r['after']['top1']:.1f} | "
+        f"{100 * r['after']['top5']:.1f} | {r['probes']['hits_top1']} / {r['probes']['hits_topk']} of {r['probes']['n']} | "
+        f"{r['run']['precision']} |"
+    )
 
 
-HEADER = ("| run | whole command (s) | training clock (s) | load + tokenise (s) | evaluation (s) | held-out top-1 % | "
-          "top-5 % | probes top-1 / top-5 | precision |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+HEADER = (
+    "| run | whole command (s) | training clock (s) | load + tokenise (s) | evaluation (s) | held-out top-1 % | "
+    "top-5 % | probes top-1 / top-5 | precision |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+)
 
 
 def recipes(args) -> tuple[dict, str]:
-    common = ["--profile", "quick", "--model", "hp_mlm:minilm-l6-random-head", "--dataset", str(OZ / "oz_mlm.parquet"),
-              "--probes", str(OZ / "probes.jsonl"), "--split", f"train[:{args.rows}]", "--validation-fraction", "0.2",
-              "--max-validation-rows", "0", "--max-length", "256", "--epochs", "1"]
+    common = [
+        "--profile",
+        "quick",
+        "--model",
+        "hp_mlm:minilm-l6-random-head",
+        "--dataset",
+        str(OZ / "oz_mlm.parquet"),
+        "--probes",
+        str(OZ / "probes.jsonl"),
+        "--split",
+        f"train[:{args.rows}]",
+        "--validation-fraction",
+        "0.2",
+        "--max-validation-rows",
+        "0",
+        "--max-length",
+        "256",
+        "--epochs",
+        "1",
+    ]
     results: dict[str, list] = {"course": [], "original": []}
     with tempfile.TemporaryDirectory() as tmp:
         for k in range(args.rounds):
@@ -67,9 +101,14 @@ def recipes(args) -> tuple[dict, str]:
                 out = Path(tmp) / f"{recipe}-{k}"
                 r = run([*common, "--recipe", recipe, "--seed", str(42 + k)], out)
                 results[recipe].append(r)
-                print(f"{recipe} seed {42 + k}: whole {r['wall_seconds']:.0f} s, training {r['seconds']['train_clock']:.0f} s, "
-                      f"top-1 {r['after']['top1']:.1%}", flush=True)
-    lines = [HEADER] + [summary_line(f"{name}, seed {42 + k}", r) for name, rs in results.items() for k, r in enumerate(rs)]
+                print(
+                    f"{recipe} seed {42 + k}: whole {r['wall_seconds']:.0f} s, training {r['seconds']['train_clock']:.0f} s, "
+                    f"top-1 {r['after']['top1']:.1%}",
+                    flush=True,
+                )
+    lines = [HEADER] + [
+        summary_line(f"{name}, seed {42 + k}", r) for name, rs in results.items() for k, r in enumerate(rs)
+    ]
 
     def ratio(key) -> list[float]:
         return [key(o) / key(c) for o, c in zip(results["original"], results["course"])]
@@ -81,28 +120,43 @@ def recipes(args) -> tuple[dict, str]:
     def span(xs, unit="x"):
         return f"{statistics.fmean(xs):.2f}{unit}" + (f" [{min(xs):.2f}, {max(xs):.2f}]" if len(xs) > 1 else "")
 
-    text = (f"Main job, course vs `--recipe original`: {args.rows} Oz rows (80% train, 20% held out), 1 epoch, "
-            f"max_length 256, MiniLM-L6 with a new MLM head, {args.rounds} round(s) alternating the two sides.\n\n"
-            + "\n".join(lines) + "\n\n"
-            f"- whole command faster: {span(whole)} (target >= 2x)\n"
-            f"- training clock faster: {span(clock)} (target >= 2.5x)\n"
-            f"- held-out top-1 gain: {span(gain, ' points')} (target >= +10 points)\n")
+    text = (
+        f"Main job, course vs `--recipe original`: {args.rows} Oz rows (80% train, 20% held out), 1 epoch, "
+        f"max_length 256, MiniLM-L6 with a new MLM head, {args.rounds} round(s) alternating the two sides.\n\n"
+        + "\n".join(lines)
+        + "\n\n"
+        f"- whole command faster: {span(whole)} (target >= 2x)\n"
+        f"- training clock faster: {span(clock)} (target >= 2.5x)\n"
+        f"- held-out top-1 gain: {span(gain, ' points')} (target >= +10 points)\n"
+    )
     return {"results": results, "whole_ratio": whole, "train_clock_ratio": clock, "top1_gain_points": gain}, text
 
 
 def quick(_args) -> tuple[dict, str]:
-    cmd = ["--profile", "quick", "--model", "hp_mlm:minilm-l6-random-head", "--dataset", str(OZ / "oz_mlm.parquet"),
-           "--probes", str(OZ / "probes.jsonl")]
+    cmd = [
+        "--profile",
+        "quick",
+        "--model",
+        "hp_mlm:minilm-l6-random-head",
+        "--dataset",
+        str(OZ / "oz_mlm.parquet"),
+        "--probes",
+        str(OZ / "probes.jsonl"),
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         r = run(cmd, Path(tmp) / "quick")
-    text = (f"Quick profile on the offline stand-in: `python -m hp_mlm train {' '.join(cmd[:4])} --dataset oz_mlm.parquet "
-            f"--probes probes.jsonl` ({r['n_train']} training / {r['n_validation']} held-out rows, learning rate "
-            f"{r['learning_rate']:g}).\n\n{HEADER}\n{summary_line('quick profile', r)}\n\n"
-            f"- whole command: {r['wall_seconds']:.0f} s (target <= 300 s on 2 idle cores)\n"
-            f"- held-out top-1: {100 * r['after']['top1']:.1f}% (target >= 25%)\n"
-            f"- probes right in top-5: {r['probes']['hits_topk']} of {r['probes']['n']} (target >= 5)\n"
-            f"- phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in r["seconds"].items()) + "\n"
-            "- probes (answer: top-5 after): " + "; ".join(f"{p['answer']}: {', '.join(p['topk'])}" for p in r["probe_rows"]) + "\n")
+    text = (
+        f"Quick profile on the offline stand-in: `python -m hp_mlm train {' '.join(cmd[:4])} --dataset oz_mlm.parquet "
+        f"--probes probes.jsonl` ({r['n_train']} training / {r['n_validation']} held-out rows, learning rate "
+        f"{r['learning_rate']:g}).\n\n{HEADER}\n{summary_line('quick profile', r)}\n\n"
+        f"- whole command: {r['wall_seconds']:.0f} s (target <= 300 s on 2 idle cores)\n"
+        f"- held-out top-1: {100 * r['after']['top1']:.1f}% (target >= 25%)\n"
+        f"- probes right in top-5: {r['probes']['hits_topk']} of {r['probes']['n']} (target >= 5)\n"
+        f"- phases (s): " + ", ".join(f"{k} {v:.1f}" for k, v in r["seconds"].items()) + "\n"
+        "- probes (answer: top-5 after): "
+        + "; ".join(f"{p['answer']}: {', '.join(p['topk'])}" for p in r["probe_rows"])
+        + "\n"
+    )
     return {"result": r}, text
 
 

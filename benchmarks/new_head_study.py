@@ -54,17 +54,34 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
     args.model = args.model or (RANDOM_HEAD_MODEL if args.head == "new" else OFFLINE_MODEL)
-    settings = get_settings("quick", environ={}, model=args.model, dataset=args.dataset, split=f"train[:{args.rows}]",
-                            validation_fraction=0.2, max_validation_rows=0, max_length=args.max_length,
-                            epochs=args.epochs, progress=False)
+    settings = get_settings(
+        "quick",
+        environ={},
+        model=args.model,
+        dataset=args.dataset,
+        split=f"train[:{args.rows}]",
+        validation_fraction=0.2,
+        max_validation_rows=0,
+        max_length=args.max_length,
+        epochs=args.epochs,
+        progress=False,
+    )
     started = time.perf_counter()
     rows = compare_options(settings, ARMS if args.head == "new" else STOCK_ARMS, seeds=args.seeds)
     summary = summarise(rows)
     table = options_table(summary)
-    seconds = "\n".join(f"- {s['option']}: training {s['seconds']['mean']:.0f} s per run "
-                        f"[{s['seconds']['min']:.0f}, {s['seconds']['max']:.0f}]" for s in summary[1:])
-    result = {"settings": settings.as_dict(), "rows": rows, "summary": summary, "machine": platform.processor() or platform.machine(),
-              "wall_seconds": time.perf_counter() - started}
+    seconds = "\n".join(
+        f"- {s['option']}: training {s['seconds']['mean']:.0f} s per run "
+        f"[{s['seconds']['min']:.0f}, {s['seconds']['max']:.0f}]"
+        for s in summary[1:]
+    )
+    result = {
+        "settings": settings.as_dict(),
+        "rows": rows,
+        "summary": summary,
+        "machine": platform.processor() or platform.machine(),
+        "wall_seconds": time.perf_counter() - started,
+    }
     out = HERE / "results"
     out.mkdir(exist_ok=True)
     (out / f"{args.head}_head_study.json").write_text(json.dumps(result, indent=2))
@@ -72,7 +89,8 @@ def main() -> None:
         f"{args.head.capitalize()} MLM head study: {args.model} on {Path(args.dataset).name} train[:{args.rows}] (20% held out), "
         f"max_length {args.max_length}, {args.epochs} epochs, {args.seeds} seeds; mean [min, max] over seeds.\n\n"
         f"{table}\n\nTraining time per run (same steps for every arm):\n{seconds}\n\n"
-        f"Whole study: {result['wall_seconds']:.0f} s.\n")
+        f"Whole study: {result['wall_seconds']:.0f} s.\n"
+    )
     print(table)
     print(seconds)
 

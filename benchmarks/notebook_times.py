@@ -36,7 +36,9 @@ def run(path: Path, inplace: bool, timeout: int) -> float:
     nb = nbformat.read(path, as_version=4)
     started = time.perf_counter()
     # the kernel runs in the notebook's own folder, so that it finds the course's outputs/ folder
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
+    ).execute()
     seconds = time.perf_counter() - started
     if inplace:
         nbformat.write(nb, path)
@@ -59,9 +61,13 @@ def main() -> None:
         paths = [p for p in paths if p.stem in args.only]
     measured = json.loads(RESULTS.read_text(encoding="utf-8")) if RESULTS.is_file() else {"profiles": {}}
     runs = measured["profiles"].setdefault(args.profile, {})
-    machine = {"machine": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-               "cpu precision": resolve_precision("auto", "cpu"), "date": time.strftime("%Y-%m-%d"),
-               "how": "nbclient, one fresh kernel per notebook, kernel start included, in order 00-05 then the solutions"}
+    machine = {
+        "machine": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "cpu precision": resolve_precision("auto", "cpu"),
+        "date": time.strftime("%Y-%m-%d"),
+        "how": "nbclient, one fresh kernel per notebook, kernel start included, in order 00-05 then the solutions",
+    }
     for path in paths:
         seconds = run(path, args.inplace, args.timeout)
         runs[path.stem] = {"seconds": round(seconds, 1)}
@@ -69,6 +75,7 @@ def main() -> None:
         # written after every notebook, atomically, so that a failure later keeps what was measured
         atomic_write_text(RESULTS, json.dumps(measured, indent=2, sort_keys=True) + "\n")
         print(f"{path.relative_to(ROOT)}: {seconds:.0f} s", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -58,8 +58,10 @@ def main() -> None:
                 for _ in range(args.steps):
                     fn(precision)
                 times[precision][kind].append((time.perf_counter() - started) / args.steps)
-    print(f"CPU with native bf16: {cpu_has_native_bf16()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"batch {args.batch_size} x {args.max_length} tokens, {args.rounds} rounds of {args.steps} steps")
+    print(
+        f"CPU with native bf16: {cpu_has_native_bf16()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+        f"batch {args.batch_size} x {args.max_length} tokens, {args.rounds} rounds of {args.steps} steps"
+    )
     print("| precision | training step (s) | evaluation batch (s) |\n| --- | ---: | ---: |")
     for precision, t in times.items():
         cells = [f"{statistics.median(v):.3f} [{min(v):.3f}, {max(v):.3f}]" for v in (t["train"], t["eval"])]

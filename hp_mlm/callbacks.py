@@ -50,8 +50,12 @@ class Validate(Callback):
             return False
         if self.best is None or result["cross_entropy"] < self.best["cross_entropy"]:
             state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            self.best = {"epoch": record["epoch"], "cross_entropy": result["cross_entropy"],
-                         "validation": result, "state": state}
+            self.best = {
+                "epoch": record["epoch"],
+                "cross_entropy": result["cross_entropy"],
+                "validation": result,
+                "state": state,
+            }
             return False
         return record["epoch"] - self.best["epoch"] >= self.patience
 
@@ -61,8 +65,11 @@ class Validate(Callback):
         last = history["epochs"][-1]
         if self.best["epoch"] != last["epoch"]:
             model.load_state_dict(self.best["state"])
-        history["early_stopping"] = {"best_epoch": self.best["epoch"], "best_cross_entropy": self.best["cross_entropy"],
-                                     "stopped_after_epoch": last["epoch"]}
+        history["early_stopping"] = {
+            "best_epoch": self.best["epoch"],
+            "best_cross_entropy": self.best["cross_entropy"],
+            "stopped_after_epoch": last["epoch"],
+        }
         history["final_validation"] = self.best["validation"]
 
 

@@ -79,8 +79,10 @@ def token_rows(n: int = 40, seed: int = 0) -> list[list[int]]:
 
 
 def padded(rows: list[list[int]]) -> dict[str, torch.Tensor]:
-    rows = [{"input_ids": r, "attention_mask": [1] * len(r), "special_tokens_mask": [1] + [0] * (len(r) - 2) + [1]}
-            for r in rows]
+    rows = [
+        {"input_ids": r, "attention_mask": [1] * len(r), "special_tokens_mask": [1] + [0] * (len(r) - 2) + [1]}
+        for r in rows
+    ]
     return pad_batch(rows, check_tokenizer())
 
 
@@ -97,7 +99,9 @@ def masked_batches(n: int = 3) -> list[dict[str, torch.Tensor]]:
     tok, out = check_tokenizer(), []
     for b in range(n):
         batch = padded(token_rows(8, seed=10 + b))
-        selectable = selectable_positions(batch["input_ids"], tok, batch["special_tokens_mask"], batch["attention_mask"])
+        selectable = selectable_positions(
+            batch["input_ids"], tok, batch["special_tokens_mask"], batch["attention_mask"]
+        )
         masked, labels = mask_tokens(batch["input_ids"], selectable, tok, 0.3, torch.Generator().manual_seed(b))
         out.append({"input_ids": masked, "attention_mask": batch["attention_mask"], "labels": labels})
     return out
@@ -146,11 +150,11 @@ def reference_steps(model, batches, max_grad_norm: float, skip: str = "") -> tup
 
 TRAIN_STEP_MISTAKES = {
     "zero_grad": "the gradients add up from step to step: call optimizer.zero_grad() after each step "
-                 "(forgetting it is a classic loop bug)",
+    "(forgetting it is a classic loop bug)",
     "zero_grad_before_step": "your weights did not change: each step needs loss.backward(), then optimizer.step(), "
-                             "and zero_grad() only after the step (or before backward)",
+    "and zero_grad() only after the step (or before backward)",
     "clip": "clip the gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)) "
-            "after backward() and before optimizer.step()",
+    "after backward() and before optimizer.step()",
     "schedule": "advance the learning rate with scheduler.step() after every optimizer.step()",
 }
 
@@ -174,13 +178,19 @@ def check_value(exercise: str, value: Any, right: float, hint: str, rel_tol: flo
 
 #: Computed answers: exercise -> (the right value from what the notebook gives, the hint for a wrong one).
 ANSWERS: dict[str, Callable[..., tuple[float, str]]] = {
-    "0.2": lambda vocab_size: (math.log(vocab_size), "a uniform guess gives each token 1 / vocabulary size; "
-                               "the loss is -ln(the right token's probability), in nats"),
-    "2.2": lambda mlm_probability: (mlm_probability**3, "each of the three pieces is drawn on its own with probability "
-                                    "mlm_probability: compute the exact chance (a measurement over draws is only near it)"),
-    "2.3": lambda mlm_probability: (math.ceil(math.log(0.05) / math.log(1 - mlm_probability)),
-                                    "a token escapes n epochs with probability (1 - p)^n: find the first whole n with "
-                                    "1 - (1 - p)^n >= 0.95"),
+    "0.2": lambda vocab_size: (
+        math.log(vocab_size),
+        "a uniform guess gives each token 1 / vocabulary size; the loss is -ln(the right token's probability), in nats",
+    ),
+    "2.2": lambda mlm_probability: (
+        mlm_probability**3,
+        "each of the three pieces is drawn on its own with probability "
+        "mlm_probability: compute the exact chance (a measurement over draws is only near it)",
+    ),
+    "2.3": lambda mlm_probability: (
+        math.ceil(math.log(0.05) / math.log(1 - mlm_probability)),
+        "a token escapes n epochs with probability (1 - p)^n: find the first whole n with 1 - (1 - p)^n >= 0.95",
+    ),
 }
 
 
@@ -212,14 +222,26 @@ def loss_mistakes(logits: torch.Tensor, labels: torch.Tensor) -> list[tuple[floa
     row_means = torch.stack([each[i][target[i]].mean() for i in range(len(labels)) if target[i].any()]).mean().item()
     return [
         (each.sum().item(), "average over the hidden tokens, not the sum"),
-        ((each.sum() / labels.numel()).item(), "divide by the number of hidden tokens (labels != -100), not by every position"),
-        (row_means, "average over all hidden tokens together: a mean of per-row means weighs a row with 1 hidden "
-                    "token like a row with 20"),
-        (torch.nn.functional.nll_loss(logits.transpose(1, 2), labels).item(),
-         "cross_entropy takes raw logits (it applies log-softmax itself); nll_loss on logits is not a cross-entropy"),
-        (ce(logits.softmax(-1)[target], labels[target]).item(),
-         "pass the raw logits: cross_entropy applies log-softmax itself, so a softmax before it squashes the loss"),
+        (
+            (each.sum() / labels.numel()).item(),
+            "divide by the number of hidden tokens (labels != -100), not by every position",
+        ),
+        (
+            row_means,
+            "average over all hidden tokens together: a mean of per-row means weighs a row with 1 hidden "
+            "token like a row with 20",
+        ),
+        (
+            torch.nn.functional.nll_loss(logits.transpose(1, 2), labels).item(),
+            "cross_entropy takes raw logits (it applies log-softmax itself); nll_loss on logits is not a cross-entropy",
+        ),
+        (
+            ce(logits.softmax(-1)[target], labels[target]).item(),
+            "pass the raw logits: cross_entropy applies log-softmax itself, so a softmax before it squashes the loss",
+        ),
         (right / math.log(2), "the loss is in nats (natural log), as the model's own; do not convert it to bits"),
-        (ce(logits.transpose(1, 2), labels.clamp(min=0)).item(),
-         "skip the positions labelled -100 (cross_entropy's ignore_index), do not turn them into a token"),
+        (
+            ce(logits.transpose(1, 2), labels.clamp(min=0)).item(),
+            "skip the positions labelled -100 (cross_entropy's ignore_index), do not turn them into a token",
+        ),
     ]

@@ -27,9 +27,22 @@ STATE = "state.json"
 
 
 #: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
-RESUME_MUST_MATCH = ("seed", "batch_size", "gradient_accumulation_steps", "epochs", "max_length", "recipe",
-                     "group_by_length", "mlm_probability", "masking", "mask_once", "label_all_tokens", "schedule",
-                     "padding", "warmup_fraction")
+RESUME_MUST_MATCH = (
+    "seed",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "epochs",
+    "max_length",
+    "recipe",
+    "group_by_length",
+    "mlm_probability",
+    "masking",
+    "mask_once",
+    "label_all_tokens",
+    "schedule",
+    "padding",
+    "warmup_fraction",
+)
 
 
 def resume_key(settings, processes: int) -> dict[str, Any]:
@@ -96,8 +109,9 @@ def latest_checkpoint(directory: str | Path) -> Path | None:
 
 def unreadable_checkpoint(path: Path, error: Exception) -> ValueError:
     """The error for a checkpoint file that cannot be read (quoting ``error``'s first line)."""
-    return ValueError(f"the checkpoint {str(path)!r} cannot be read ({error_summary(error)}); "
-                      "start the training again (`overwrite`)")
+    return ValueError(
+        f"the checkpoint {str(path)!r} cannot be read ({error_summary(error)}); start the training again (`overwrite`)"
+    )
 
 
 def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:

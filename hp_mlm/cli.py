@@ -24,8 +24,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .prepare import default_probes
 
     settings = _settings(args)
-    metrics = run_job(settings, probes=args.probes or default_probes(settings), overwrite=args.overwrite,
-                      resume=args.resume, push_to_hub=args.push_to_hub, log=lambda line: print(as_flags(line)))
+    metrics = run_job(
+        settings,
+        probes=args.probes or default_probes(settings),
+        overwrite=args.overwrite,
+        resume=args.resume,
+        push_to_hub=args.push_to_hub,
+        log=lambda line: print(as_flags(line)),
+    )
     if not process_state().is_main_process:  # under accelerate launch, one report
         return 0
     print(format_report(metrics))
@@ -42,8 +48,10 @@ def default_model(settings: Settings, log=print) -> str:
     if trained is not None:
         log(f"using the fine-tuned model in {trained} (pass --model to choose another)")
         return str(trained)
-    log(f"using the untrained base model {settings.model}: no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet "
-        f"(run `python -m hp_mlm train` with the same profile first, or pass --model)")
+    log(
+        f"using the untrained base model {settings.model}: no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet "
+        f"(run `python -m hp_mlm train` with the same profile first, or pass --model)"
+    )
     return settings.model
 
 
@@ -57,8 +65,18 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
     results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=top_k, targets=targets)
     if args.json:
-        print(json.dumps([[[{"token": c["token"], "score": c["score"], "is_subword": c["is_subword"]} for c in mask]
-                           for mask in sentence] for sentence in results], indent=2))
+        print(
+            json.dumps(
+                [
+                    [
+                        [{"token": c["token"], "score": c["score"], "is_subword": c["is_subword"]} for c in mask]
+                        for mask in sentence
+                    ]
+                    for sentence in results
+                ],
+                indent=2,
+            )
+        )
         return 0
     for sentence, masks in zip(args.sentences, results):
         print(sentence)
@@ -88,9 +106,15 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if args.all_rows:
         from datasets import concatenate_datasets
 
-        frozen = freeze_masks(concatenate_datasets([prep.train_tokens, prep.validation_tokens]), prep.loaded.tokenizer,
-                              settings.mlm_probability, settings.seed)
-    result = evaluate(prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=settings.precision)
+        frozen = freeze_masks(
+            concatenate_datasets([prep.train_tokens, prep.validation_tokens]),
+            prep.loaded.tokenizer,
+            settings.mlm_probability,
+            settings.seed,
+        )
+    result = evaluate(
+        prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=settings.precision
+    )
     print(json.dumps(result, indent=2))
     return 0
 
@@ -113,8 +137,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     summary = summarise(rows)
     table = options_table(summary)
     out = Path(settings.output_dir)
-    atomic_write_text(out / "comparison.json", json.dumps({"settings": settings.as_dict(), "rows": rows,
-                                                           "summary": summary}, indent=2))
+    atomic_write_text(
+        out / "comparison.json",
+        json.dumps({"settings": settings.as_dict(), "rows": rows, "summary": summary}, indent=2),
+    )
     atomic_write_text(out / "comparison.md", table + "\n")
     save_figure(plot_options(summary), out / "comparison.png")
     print(table)
@@ -135,7 +161,8 @@ def raised_by_the_package(error: BaseException) -> bool:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     return tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == os.path.dirname(
-        os.path.abspath(__file__))
+        os.path.abspath(__file__)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

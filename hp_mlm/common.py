@@ -146,8 +146,9 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     return bool(flags & {"avx512_bf16", "amx_bf16"})
 
 
-def resolve_precision(requested: str, device_type: str | None = None, cuda_bf16: bool | None = None,
-                      cpu_bf16: bool | None = None) -> str:
+def resolve_precision(
+    requested: str, device_type: str | None = None, cuda_bf16: bool | None = None, cpu_bf16: bool | None = None
+) -> str:
     """The precision a run uses: ``fp32``, ``bf16`` or ``fp16``.
 
     ``auto``: bf16 on a CUDA GPU that supports it (Ampere and newer), fp16 with loss scaling on
@@ -170,10 +171,14 @@ def resolve_precision(requested: str, device_type: str | None = None, cuda_bf16:
         if requested == "auto":
             return "bf16" if cuda_bf16 else "fp16"
         if requested == "bf16" and not cuda_bf16:
-            raise ValueError("precision bf16 needs a GPU with bf16 support (Ampere or newer); set `precision` to fp16 or fp32")
+            raise ValueError(
+                "precision bf16 needs a GPU with bf16 support (Ampere or newer); set `precision` to fp16 or fp32"
+            )
         return requested
     if requested == "fp16":
-        raise ValueError("precision fp16 needs a CUDA GPU, and none is visible; set `precision` to auto, bf16 or fp32 on a CPU")
+        raise ValueError(
+            "precision fp16 needs a CUDA GPU, and none is visible; set `precision` to auto, bf16 or fp32 on a CPU"
+        )
     if requested == "auto":
         return "bf16" if (cpu_has_native_bf16() if cpu_bf16 is None else cpu_bf16) else "fp32"
     return requested

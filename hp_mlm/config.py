@@ -196,9 +196,7 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
         if kind == "float | None":
             return None if text.lower() in ("", "none", "auto") else float(text)
     except ValueError:
-        raise ValueError(
-            f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind} for setting {name!r}"
-        ) from None
+        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind} for setting {name!r}") from None
     return text
 
 

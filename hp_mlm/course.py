@@ -55,7 +55,9 @@ def quiz_text(notebook: str) -> str:
     for number, q in enumerate(load_quiz(notebook), start=1):
         lines.append(f"{number}. {q['question']}")
         lines += [f"   ({LETTERS[i]}) {c['text']}" for i, c in enumerate(q["choices"])]
-    lines.append(f'Check an answer with answer_quiz("{notebook}", question, "letter"), e.g. answer_quiz("{notebook}", 1, "a").')
+    lines.append(
+        f'Check an answer with answer_quiz("{notebook}", question, "letter"), e.g. answer_quiz("{notebook}", 1, "a").'
+    )
     return "\n".join(lines)
 
 
@@ -122,25 +124,35 @@ def machine_time(seconds: float | None) -> str:
 def frame_table(minutes: dict[str, int], times: dict[str, float | None]) -> str:
     """A notebook's time table: teaching and exercise minutes, then the machine time per profile."""
     header = "| teaching | exercises | " + " | ".join(f"machine time, `{p}`" for p in MACHINE_PROFILES) + " |"
-    row = f"| {minutes['teaching']} min | {minutes['exercises']} min | " + " | ".join(
-        machine_time(times.get(p)) for p in MACHINE_PROFILES) + " |"
+    row = (
+        f"| {minutes['teaching']} min | {minutes['exercises']} min | "
+        + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES)
+        + " |"
+    )
     return "\n".join([header, "|" + " --- |" * (2 + len(MACHINE_PROFILES)), row])
 
 
 def schedule_table(episodes: list[tuple[str, dict[str, int], dict[str, float | None]]]) -> str:
     """The workshop schedule: ``episodes`` as ``(notebook name, minutes, machine times per profile)``,
     one row each, with a running clock and totals (the README's table)."""
-    lines = ["| notebook | teaching | exercises | starts at | " + " | ".join(f"`{p}` run" for p in MACHINE_PROFILES) + " |",
-             "|" + " --- |" * (4 + len(MACHINE_PROFILES))]
+    lines = [
+        "| notebook | teaching | exercises | starts at | " + " | ".join(f"`{p}` run" for p in MACHINE_PROFILES) + " |",
+        "|" + " --- |" * (4 + len(MACHINE_PROFILES)),
+    ]
     clock = 0
     for name, minutes, times in episodes:
         start = f"{clock // 60}:{clock % 60:02d}"
-        lines.append(f"| {name} | {minutes['teaching']} min | {minutes['exercises']} min | {start} | "
-                     + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES) + " |")
+        lines.append(
+            f"| {name} | {minutes['teaching']} min | {minutes['exercises']} min | {start} | "
+            + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES)
+            + " |"
+        )
         clock += minutes["teaching"] + minutes["exercises"]
     teaching = sum(m["teaching"] for _, m, _ in episodes)
     exercises = sum(m["exercises"] for _, m, _ in episodes)
-    lines.append(f"| all | {teaching} min | {exercises} min | ends at {clock // 60}:{clock % 60:02d} | "
-                 + " | ".join(machine_time(sum(t.get(p) or 0 for _, _, t in episodes) or None) for p in MACHINE_PROFILES)
-                 + " |")
+    lines.append(
+        f"| all | {teaching} min | {exercises} min | ends at {clock // 60}:{clock % 60:02d} | "
+        + " | ".join(machine_time(sum(t.get(p) or 0 for _, _, t in episodes) or None) for p in MACHINE_PROFILES)
+        + " |"
+    )
     return "\n".join(lines)

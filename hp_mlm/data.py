@@ -22,7 +22,9 @@ from .profiles import PACKAGE_DATASETS
 
 #: Local file types we read, and the ``datasets`` builder for each.
 BUILDERS = {".txt": "text", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-ACCEPTED = "a .txt (one row per line), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
+ACCEPTED = (
+    "a .txt (one row per line), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
+)
 
 _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(?:\[(?P<start>[^:\]]*):(?P<stop>[^\]]*)\])?\s*$")
 
@@ -56,8 +58,10 @@ class CorpusReport:
         """One line for the log when the slice left rows out, naming the split that keeps them all; else None."""
         if not self.sliced:
             return None
-        return (f"using {self.n_loaded / self.n_available:.0%} of the rows ({self.n_loaded} of {self.n_available}; "
-                f"split {self.split!r}): set `split` to {parse_split(self.split)[0]} for all of them")
+        return (
+            f"using {self.n_loaded / self.n_available:.0%} of the rows ({self.n_loaded} of {self.n_available}; "
+            f"split {self.split!r}): set `split` to {parse_split(self.split)[0]} for all of them"
+        )
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
@@ -68,9 +72,7 @@ def parse_split(split: str) -> tuple[str, str | None, str | None]:
     """
     m = _SPLIT_RE.match(split)
     if not m:
-        raise ValueError(
-            f"split {split!r} is not of the form 'train', 'train[:10%]', 'train[-10%:]' or 'train[:200]'"
-        )
+        raise ValueError(f"split {split!r} is not of the form 'train', 'train[:10%]', 'train[-10%:]' or 'train[:200]'")
     if m.group("start") is None:
         return m.group("name"), None, None
     return m.group("name"), m.group("start").strip(), m.group("stop").strip()
@@ -156,15 +158,19 @@ def _load_split(source: str, split_name: str) -> Dataset:
                 return loaded[split_name]
             return loaded
         if split_name != "train":  # data files hold one split, which datasets calls "train"
-            raise ValueError(f"{source!r} is a data file or folder, whose one split is 'train', not {split_name!r}; "
-                             "set `split` to e.g. train or 'train[:10%]'")
+            raise ValueError(
+                f"{source!r} is a data file or folder, whose one split is 'train', not {split_name!r}; "
+                "set `split` to e.g. train or 'train[:10%]'"
+            )
         builder, files = _local_files(path)
         if all(Path(f).stat().st_size == 0 for f in files):
             raise ValueError(f"{source!r} is empty: there is no text to train on. Pass {ACCEPTED}.")
         try:
             return load_dataset(builder, data_files={split_name: files}, split=split_name)
         except Exception as error:  # noqa: BLE001 - a malformed file, whatever the builder's error type
-            raise ValueError(f"Cannot read {source!r} as {builder} ({error_summary(error)}). Pass {ACCEPTED}.") from error
+            raise ValueError(
+                f"Cannot read {source!r} as {builder} ({error_summary(error)}). Pass {ACCEPTED}."
+            ) from error
     # Offline mode or a Hub out of reach: datasets' own cache only (as load_dataset does offline).
     cache_only = require_hub(source, "dataset", lambda: dataset_in_cache(source), datasets_cache_dir())
     try:

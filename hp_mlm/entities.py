@@ -37,7 +37,9 @@ def find_entities(texts: Sequence[str], min_count: int = 3, capitalised_share: f
                 sentence_start = not before or before[-1] in ".!?\"“”'‘’:;(—-"
                 if not sentence_start:
                     inside[key] += 1
-    found = [k for k, n in inside.items() if n >= min_count and capital[k] >= capitalised_share * total[k] and len(k) > 1]
+    found = [
+        k for k, n in inside.items() if n >= min_count and capital[k] >= capitalised_share * total[k] and len(k) > 1
+    ]
     return sorted(found, key=lambda k: (-inside[k], k))
 
 

@@ -69,8 +69,14 @@ def evaluate(
     return scores(sum_across_processes(totals), len(frozen_rows), time.perf_counter() - started)
 
 
-def batch_sums(model: nn.Module, batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase, top_k: int,
-               precision: str, device: torch.device) -> list[float]:
+def batch_sums(
+    model: nn.Module,
+    batch: dict[str, torch.Tensor],
+    tokenizer: PreTrainedTokenizerBase,
+    top_k: int,
+    precision: str,
+    device: torch.device,
+) -> list[float]:
     """What one padded batch adds to :func:`evaluate`'s sums: ``[positions scored, top-1 hits, top-k
     hits, summed cross-entropy (nats)]``, then ``top-1 hits, positions`` for each of ``KINDS``."""
     labels = batch["labels"].to(device)
@@ -96,14 +102,32 @@ def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, An
     n, hits1, hitsk, loss_sum = int(totals[0]), int(totals[1]), int(totals[2]), totals[3]
     counts = dict(zip(KINDS, zip(totals[4::2], totals[5::2])))
     if n == 0:  # nothing scored: no accuracy at all, not an accuracy of 0.0
-        return {"top1": None, "top5": None, "cross_entropy": None, "perplexity": None, "n_positions": 0,
-                "n_rows": n_rows, "kinds": {}, "seconds": seconds}
+        return {
+            "top1": None,
+            "top5": None,
+            "cross_entropy": None,
+            "perplexity": None,
+            "n_positions": 0,
+            "n_rows": n_rows,
+            "kinds": {},
+            "seconds": seconds,
+        }
     cross_entropy = loss_sum / n
-    kinds = {k: {"top1": h / c if c else None, "n_positions": int(c)} for k, (h, c) in sorted(counts.items())
-             if c or k in ("whole_word", "word_piece")}
-    return {"top1": hits1 / n, "top5": hitsk / n, "cross_entropy": cross_entropy,
-            "perplexity": math.exp(min(cross_entropy, 700.0)), "n_positions": n, "n_rows": n_rows,
-            "kinds": kinds, "seconds": seconds}
+    kinds = {
+        k: {"top1": h / c if c else None, "n_positions": int(c)}
+        for k, (h, c) in sorted(counts.items())
+        if c or k in ("whole_word", "word_piece")
+    }
+    return {
+        "top1": hits1 / n,
+        "top5": hitsk / n,
+        "cross_entropy": cross_entropy,
+        "perplexity": math.exp(min(cross_entropy, 700.0)),
+        "n_positions": n,
+        "n_rows": n_rows,
+        "kinds": kinds,
+        "seconds": seconds,
+    }
 
 
 def position_kinds(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:
@@ -155,8 +179,13 @@ def original_tutorial_accuracy(
     correct = 0
     with inference_mode(model):
         for start in range(0, len(texts), batch_size):
-            enc = tokenizer(list(texts[start : start + batch_size]), truncation=True, max_length=max_length,
-                            padding=True, return_tensors="pt")
+            enc = tokenizer(
+                list(texts[start : start + batch_size]),
+                truncation=True,
+                max_length=max_length,
+                padding=True,
+                return_tensors="pt",
+            )
             lengths = enc["attention_mask"].sum(dim=1)
             # One position per text, uniform over its real tokens ([CLS] and [SEP] included), drawn in order.
             chosen = torch.cat([torch.randint(int(n), (1,), generator=generator) for n in lengths])

@@ -23,7 +23,14 @@ from .checking import call, check_answer, close, require, verdict
 from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
 from .tokens import padding_share
 
-NAMES = ("Thornwick", "Ashdown", "Mira", "wand", "Hogwarts", "Dumbledore")  # exercise 1.1: the course's and the books' names
+NAMES = (
+    "Thornwick",
+    "Ashdown",
+    "Mira",
+    "wand",
+    "Hogwarts",
+    "Dumbledore",
+)  # exercise 1.1: the course's and the books' names
 
 
 # --- notebook 01 -------------------------------------------------------------------------------
@@ -33,15 +40,22 @@ def check_word_pieces(count_pieces: Callable) -> bool | None:
     def run() -> str:
         tok = kit.check_tokenizer()
         answer = call(count_pieces, list(NAMES), tok)
-        require(isinstance(answer, dict) and set(answer) == set(NAMES),
-                 "return a dict with one entry per word you were given, e.g. {'Hogwarts': 3}")
+        require(
+            isinstance(answer, dict) and set(answer) == set(NAMES),
+            "return a dict with one entry per word you were given, e.g. {'Hogwarts': 3}",
+        )
         for word in NAMES:
             pieces = tok.tokenize(word)
             got = answer[word]
-            require(got != len(pieces) + 2, "tokenizer(word) adds [CLS] and [SEP]: count tokenizer.tokenize(word), "
-                     "or pass add_special_tokens=False")
-            require(got != sum(p.startswith("##") for p in pieces) or got == len(pieces),
-                     "the first piece of a word has no '##': count every piece")
+            require(
+                got != len(pieces) + 2,
+                "tokenizer(word) adds [CLS] and [SEP]: count tokenizer.tokenize(word), "
+                "or pass add_special_tokens=False",
+            )
+            require(
+                got != sum(p.startswith("##") for p in pieces) or got == len(pieces),
+                "the first piece of a word has no '##': count every piece",
+            )
             require(got != len(word) or got == len(pieces), "count the tokenizer's pieces, not the letters")
             require(got == len(pieces), f"{word!r} is {pieces} ({len(pieces)} pieces); your function says {got}")
         return f"the pieces of {len(NAMES)} words against tokenizer.tokenize"
@@ -60,12 +74,19 @@ def check_padding_share(share: Callable) -> bool | None:
         real = sum(lengths)
         pad = real * right / (1 - right)
         per_batch = [padding_share([b], lengths) for b in batches]
-        require(not close(got, pad / real), "divide the padding by all positions (real tokens + padding), "
-                 "not by the real tokens")
-        require(not close(got, sum(per_batch) / len(batches)), "add up the padding of all batches before you divide: "
-                 "a mean of per-batch shares weighs a batch of 1 row like a batch of 5")
-        require(not close(got, padding_share(batches, lengths, max(lengths))),
-                 "pad each batch to its own longest row, not to the longest row of the dataset")
+        require(
+            not close(got, pad / real),
+            "divide the padding by all positions (real tokens + padding), not by the real tokens",
+        )
+        require(
+            not close(got, sum(per_batch) / len(batches)),
+            "add up the padding of all batches before you divide: "
+            "a mean of per-batch shares weighs a batch of 1 row like a batch of 5",
+        )
+        require(
+            not close(got, padding_share(batches, lengths, max(lengths))),
+            "pad each batch to its own longest row, not to the longest row of the dataset",
+        )
         require(not close(got, 100 * right), "give a fraction in [0, 1], not a percentage")
         require(not close(got, 1 - right), "that is the share of real tokens; the question is the share of padding")
         require(close(got, right), f"the padding share of this plan is {right:.4f}; yours says {got:.4f}")
@@ -83,16 +104,25 @@ def check_pad_batch(pad: Callable) -> bool | None:
         answer = call(pad, rows, tok)
         require(isinstance(answer, tuple) and len(answer) == 2, "return two tensors: (input_ids, attention_mask)")
         ids, mask = (torch.as_tensor(a) for a in answer)
-        require(ids.shape[1] != 512 and ids.shape[1] <= right["input_ids"].shape[1],
-                 "pad to the longest row of this batch, not to a fixed width")
-        require(ids.shape == right["input_ids"].shape, f"the batch should be {tuple(right['input_ids'].shape)} "
-                 f"(rows, longest row); yours is {tuple(ids.shape)}")
+        require(
+            ids.shape[1] != 512 and ids.shape[1] <= right["input_ids"].shape[1],
+            "pad to the longest row of this batch, not to a fixed width",
+        )
+        require(
+            ids.shape == right["input_ids"].shape,
+            f"the batch should be {tuple(right['input_ids'].shape)} (rows, longest row); yours is {tuple(ids.shape)}",
+        )
         filler = right["attention_mask"] == 0
-        require(not (ids[filler] == 0).all() or tok.pad_token_id == 0,
-                 f"ask tokenizer.pad_token_id for the pad id: with this tokenizer it is {tok.pad_token_id}, not 0")
+        require(
+            not (ids[filler] == 0).all() or tok.pad_token_id == 0,
+            f"ask tokenizer.pad_token_id for the pad id: with this tokenizer it is {tok.pad_token_id}, not 0",
+        )
         width = ids.shape[1]
-        left = all(ids[i, width - len(r):].tolist() == r for i, r in enumerate(rows))
-        require(not left or torch.equal(ids, right["input_ids"]), "BERT pads on the right: put the pad ids after the row's tokens")
+        left = all(ids[i, width - len(r) :].tolist() == r for i, r in enumerate(rows))
+        require(
+            not left or torch.equal(ids, right["input_ids"]),
+            "BERT pads on the right: put the pad ids after the row's tokens",
+        )
         require(torch.equal(ids, right["input_ids"]), "input_ids: each row's own ids, then the pad id up to the width")
         require(not bool(mask.all()), "attention_mask must be 0 at the padding, so that the model ignores it")
         require(torch.equal(mask, right["attention_mask"]), "attention_mask: 1 at each real token, 0 at the padding")
@@ -117,19 +147,24 @@ def check_mask_tokens(mask: Callable) -> bool | None:
         original = ids.clone()
         selectable = selectable_positions(ids, tok, batch["special_tokens_mask"], batch["attention_mask"])
         answer = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))
-        require(isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, torch.Tensor) for a in answer),
-                "return two tensors: (masked_input_ids, labels)")
+        require(
+            isinstance(answer, tuple) and len(answer) == 2 and all(isinstance(a, torch.Tensor) for a in answer),
+            "return two tensors: (masked_input_ids, labels)",
+        )
         require(torch.equal(ids, original), "you changed input_ids in place: work on a copy (input_ids.clone())")
         masked, labels = answer
         _check_labels(masked, labels, ids, selectable, tok)
         rate = _check_draws(mask, labels, ids, selectable, tok)
         package = mask_tokens(ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))[1] != IGNORE_INDEX
-        library = DataCollatorForLanguageModeling(tok, mlm_probability=0.15, mask_replace_prob=1.0, random_replace_prob=0.0,
-                                                  seed=0)([{"input_ids": r} for r in kit.token_rows(200, seed=1)])["labels"]
+        library = DataCollatorForLanguageModeling(
+            tok, mlm_probability=0.15, mask_replace_prob=1.0, random_replace_prob=0.0, seed=0
+        )([{"input_ids": r} for r in kit.token_rows(200, seed=1)])["labels"]
         library_rate = ((library != IGNORE_INDEX).sum() / selectable.sum()).item()
-        return (f"labels, special tokens, the mask id and seeding over {int(selectable.sum())} tokens; you chose {rate:.1%}, "
-                f"mask_tokens {package.float().sum().item() / selectable.sum().item():.1%}, "
-                f"DataCollatorForLanguageModeling {library_rate:.1%}")
+        return (
+            f"labels, special tokens, the mask id and seeding over {int(selectable.sum())} tokens; you chose {rate:.1%}, "
+            f"mask_tokens {package.float().sum().item() / selectable.sum().item():.1%}, "
+            f"DataCollatorForLanguageModeling {library_rate:.1%}"
+        )
 
     return verdict("2.1", run)
 
@@ -140,17 +175,25 @@ def _check_labels(masked, labels, ids, selectable, tok) -> None:
     require(masked.shape == labels.shape == ids.shape, "masked input and labels have the shape of input_ids")
     require(labels.dtype == torch.long, "labels hold token ids: a LongTensor, as input_ids (cross_entropy needs it)")
     require(not (masked == IGNORE_INDEX).any(), "return (masked_input_ids, labels) in this order")
-    require(not (labels[selectable] == ids[selectable]).all(), "labels are a copy of input_ids (the original tutorial's mistake): "
-            "keep the original id only at the chosen positions and -100 everywhere else")
+    require(
+        not (labels[selectable] == ids[selectable]).all(),
+        "labels are a copy of input_ids (the original tutorial's mistake): "
+        "keep the original id only at the chosen positions and -100 everywhere else",
+    )
     hidden = masked != ids
-    require(bool((labels[~hidden & selectable] == IGNORE_INDEX).float().mean() > 0.5),
-            "every position that was not chosen gets the label -100 (cross_entropy's ignore_index); "
-            f"yours has {labels[~hidden & selectable].mode().values.item()} there")
+    require(
+        bool((labels[~hidden & selectable] == IGNORE_INDEX).float().mean() > 0.5),
+        "every position that was not chosen gets the label -100 (cross_entropy's ignore_index); "
+        f"yours has {labels[~hidden & selectable].mode().values.item()} there",
+    )
     chosen = labels != IGNORE_INDEX
     require(not (chosen & ~selectable).any(), "you chose [CLS], [SEP] or padding: choose only where selectable is True")
     written = masked[chosen].unique()
-    require(not (len(written) == 1 and written.item() != tok.mask_token_id), "do not write the mask id "
-            f"(bert-base-uncased's is 103): ask tokenizer.mask_token_id (here it is {tok.mask_token_id})")
+    require(
+        not (len(written) == 1 and written.item() != tok.mask_token_id),
+        "do not write the mask id "
+        f"(bert-base-uncased's is 103): ask tokenizer.mask_token_id (here it is {tok.mask_token_id})",
+    )
     require(bool((masked[chosen] == tok.mask_token_id).all()), "put tokenizer.mask_token_id at every chosen position")
     require(torch.equal(masked[~chosen], ids[~chosen]), "leave every position that was not chosen as it was")
     require(torch.equal(labels[chosen], ids[chosen]), "a chosen position's label is its original id")
@@ -160,15 +203,19 @@ def _check_draws(mask: Callable, labels, ids, selectable, tok) -> float:
     """Exercise 2.1's checks of the draw: about ``mlm_probability`` chosen, the probability given
     used, the generator given used. Returns the share chosen at 0.15."""
     rate = ((labels != IGNORE_INDEX).sum() / selectable.sum()).item()
-    require(abs(rate - 0.15) < 0.015, f"about mlm_probability (15%) of the selectable tokens should be chosen; "
-            f"you chose {rate:.1%}")
+    require(
+        abs(rate - 0.15) < 0.015,
+        f"about mlm_probability (15%) of the selectable tokens should be chosen; you chose {rate:.1%}",
+    )
     higher = (call(mask, ids, selectable, tok, 0.3, torch.Generator().manual_seed(0))[1] != IGNORE_INDEX).sum()
     require(abs((higher / selectable.sum()).item() - 0.3) < 0.02, "use the mlm_probability you are given, not 0.15")
     again = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(0))[1]
     other = call(mask, ids, selectable, tok, 0.15, torch.Generator().manual_seed(1))[1]
-    require(torch.equal(again, labels) and not torch.equal(other, labels),
-            "draw from the generator you are given (torch.bernoulli(..., generator=generator)): "
-            "the same seed must give the same masks, another seed other masks")
+    require(
+        torch.equal(again, labels) and not torch.equal(other, labels),
+        "draw from the generator you are given (torch.bernoulli(..., generator=generator)): "
+        "the same seed must give the same masks, another seed other masks",
+    )
     return rate
 
 

@@ -29,12 +29,15 @@ HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PR
 
 
 #: ``--model`` of predict and evaluate: what they use when it is not given (see :func:`default_model`).
-MODEL_OR_TRAINED = ("model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it "
-                    "exists, else the profile's base model)")
+MODEL_OR_TRAINED = (
+    "model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it "
+    "exists, else the profile's base model)"
+)
 
 
-def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | None = None,
-                       helps: dict[str, str] | None = None) -> None:
+def _add_setting_flags(
+    parser: argparse.ArgumentParser, only: Sequence[str] | None = None, helps: dict[str, str] | None = None
+) -> None:
     try:  # show the real defaults of the active profile (HP_MLM_PROFILE and HP_MLM_* variables)
         active = get_settings()
     except ValueError:
@@ -44,20 +47,29 @@ def _add_setting_flags(parser: argparse.ArgumentParser, only: Sequence[str] | No
             continue
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
-        text = (helps or {}).get(f.name) or SETTING_HELP[f.name] + f" (default in the {active.profile} profile: {shown})"
+        text = (helps or {}).get(f.name) or SETTING_HELP[
+            f.name
+        ] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
         kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=text)
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
-        choices = {"recipe": RECIPES, "masking": MASKING_STRATEGIES, "precision": PRECISIONS, "schedule": SCHEDULES,
-                   "padding": PADDINGS}.get(f.name)
-        parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices,
-                            help=text)
-    parser.add_argument("--profile", choices=PROFILES, default=None,
-                        help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
-                             "downloads); default $HP_MLM_PROFILE or full")
+        choices = {
+            "recipe": RECIPES,
+            "masking": MASKING_STRATEGIES,
+            "precision": PRECISIONS,
+            "schedule": SCHEDULES,
+            "padding": PADDINGS,
+        }.get(f.name)
+        parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices, help=text)
+    parser.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
+        "downloads); default $HP_MLM_PROFILE or full",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,19 +89,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _train_flags(sub) -> None:
-    t = sub.add_parser("train", help="the main job: evaluate, fine-tune, evaluate again, save",
-                       formatter_class=argparse.HelpFormatter)
+    t = sub.add_parser(
+        "train", help="the main job: evaluate, fine-tune, evaluate again, save", formatter_class=argparse.HelpFormatter
+    )
     _add_setting_flags(t)
-    t.add_argument("--probes", help="a .jsonl of {\"text\": \"... [MASK] ...\", \"answer\": \"word\"} lines to check "
-                                    "before/after (default: the probes shipped with the package's corpora, else none)")
+    t.add_argument(
+        "--probes",
+        help='a .jsonl of {"text": "... [MASK] ...", "answer": "word"} lines to check '
+        "before/after (default: the probes shipped with the package's corpora, else none)",
+    )
     t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    t.add_argument("--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)")
+    t.add_argument(
+        "--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)"
+    )
 
 
 def _compare_flags(sub) -> None:
-    c = sub.add_parser("compare", help="fine-tune once per option (masking strategies, schedules, ablations) and tabulate",
-                       formatter_class=argparse.HelpFormatter)
+    c = sub.add_parser(
+        "compare",
+        help="fine-tune once per option (masking strategies, schedules, ablations) and tabulate",
+        formatter_class=argparse.HelpFormatter,
+    )
     _add_setting_flags(c)
     c.add_argument("--only", nargs="+", metavar="OPTION", help="run only these options (names as in the table)")
     c.add_argument("--seeds", type=int, default=3, help="runs per option, with seeds seed, seed+1, ...")
@@ -99,22 +120,52 @@ def _predict_flags(sub) -> None:
     p = sub.add_parser("predict", help="fill in [MASK] tokens with a model", formatter_class=argparse.HelpFormatter)
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
     p.add_argument("--model", help=MODEL_OR_TRAINED)
-    p.add_argument("--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)")
-    p.add_argument("--targets", help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
-                                     "each word's probability at each mask (each must be one token)")
-    p.add_argument("--json", action="store_true",
-                   help="print JSON: a list per sentence, in it a list per mask, in it {\"token\": str, "
-                        "\"score\": probability in [0, 1], \"is_subword\": true for a word piece (##...)}, highest first")
-    p.add_argument("--profile", choices=PROFILES, default=None,
-                   help="whose fine-tuned model to use without --model; default $HP_MLM_PROFILE or full")
+    p.add_argument(
+        "--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)"
+    )
+    p.add_argument(
+        "--targets",
+        help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
+        "each word's probability at each mask (each must be one token)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print JSON: a list per sentence, in it a list per mask, in it {"token": str, '
+        '"score": probability in [0, 1], "is_subword": true for a word piece (##...)}, highest first',
+    )
+    p.add_argument(
+        "--profile",
+        choices=PROFILES,
+        default=None,
+        help="whose fine-tuned model to use without --model; default $HP_MLM_PROFILE or full",
+    )
 
 
 def _evaluate_flags(sub) -> None:
-    e = sub.add_parser("evaluate", help="held-out masked-token accuracy and perplexity of a model",
-                       formatter_class=argparse.HelpFormatter)
-    _add_setting_flags(e, only=("model", "dataset", "split", "text_column", "max_length", "mlm_probability", "output_dir",
-                                "validation_fraction", "seed", "eval_batch_size", "max_validation_rows", "progress"),
-                       helps={"model": MODEL_OR_TRAINED})
+    e = sub.add_parser(
+        "evaluate",
+        help="held-out masked-token accuracy and perplexity of a model",
+        formatter_class=argparse.HelpFormatter,
+    )
+    _add_setting_flags(
+        e,
+        only=(
+            "model",
+            "dataset",
+            "split",
+            "text_column",
+            "max_length",
+            "mlm_probability",
+            "output_dir",
+            "validation_fraction",
+            "seed",
+            "eval_batch_size",
+            "max_validation_rows",
+            "progress",
+        ),
+        helps={"model": MODEL_OR_TRAINED},
+    )
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
 
 

@@ -210,9 +210,7 @@ def hub_token(repo_id: str) -> str:
         raise ValueError(f"push_to_hub needs a repository id like 'your-name/hp-mlm-bert', got {repo_id!r}")
     token = get_token()
     if not token:
-        raise ValueError(
-            f"push_to_hub {repo_id}: no Hugging Face token found; run `hf auth login` or set HF_TOKEN"
-        )
+        raise ValueError(f"push_to_hub {repo_id}: no Hugging Face token found; run `hf auth login` or set HF_TOKEN")
     return token
 
 
@@ -223,5 +221,7 @@ def upload_model(model_dir: Path, repo_id: str) -> str:
 
     api = HfApi(token=hub_token(repo_id))
     url = api.create_repo(repo_id, exist_ok=True)
-    api.upload_folder(folder_path=str(model_dir), repo_id=repo_id, commit_message="Upload a model fine-tuned with hp-mlm")
+    api.upload_folder(
+        folder_path=str(model_dir), repo_id=repo_id, commit_message="Upload a model fine-tuned with hp-mlm"
+    )
     return str(url)

@@ -51,8 +51,10 @@ def target_ids(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase)
     if not targets:
         raise ValueError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
     vocab, ids = tokenizer.get_vocab(), []
-    rule = (f"a target must be a single token of this tokenizer's vocabulary of {len(tokenizer):,} tokens "
-            "(try a shorter or more common word)")
+    rule = (
+        f"a target must be a single token of this tokenizer's vocabulary of {len(tokenizer):,} tokens "
+        "(try a shorter or more common word)"
+    )
     for target in targets:
         pieces = [target] if target in vocab else tokenizer.tokenize(target)
         if len(pieces) > 1:
@@ -68,7 +70,9 @@ def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, 
     texts = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
-            raise ValueError(f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing")
+            raise ValueError(
+                f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing"
+            )
         text = _with_mask_token(sentence, tokenizer)
         full = tokenizer(text, truncation=False)["input_ids"]
         n_masks = sum(1 for t in full if t == tokenizer.mask_token_id)
@@ -127,8 +131,9 @@ def fill_mask(
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
     if top_k > vocab_size:
-        raise ValueError(f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; "
-                         f"pass top_k <= {vocab_size}")
+        raise ValueError(
+            f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
+        )
     chosen = None if targets is None else torch.tensor(target_ids(targets, tokenizer))
     limit = max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
     texts = _masked_texts(sentences, tokenizer, limit)

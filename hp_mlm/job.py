@@ -26,8 +26,10 @@ from .prepare import Prepared, check_inputs, prepare
 from .training import train
 
 #: What the log says when ``accelerate launch --cpu --num_processes N`` started a single process.
-ONE_CPU_PROCESS = ("note: `accelerate launch --cpu` starts one process; for N CPU processes use "
-                   "`accelerate launch --multi_gpu --num_processes N` (it works without GPUs) or `torchrun --nproc_per_node N`")
+ONE_CPU_PROCESS = (
+    "note: `accelerate launch --cpu` starts one process; for N CPU processes use "
+    "`accelerate launch --multi_gpu --num_processes N` (it works without GPUs) or `torchrun --nproc_per_node N`"
+)
 #: Rows of the training split scored by the original tutorial's accuracy function (one position each).
 ORIGINAL_ACCURACY_ROWS = 100
 
@@ -101,8 +103,14 @@ def run_job(
     return metrics
 
 
-def check_before_loading(settings: Settings, probes: str | Path | None, overwrite: bool, resume: bool,
-                         push_to_hub: str | None, log: Callable[[str], None]) -> list[dict[str, str]]:
+def check_before_loading(
+    settings: Settings,
+    probes: str | Path | None,
+    overwrite: bool,
+    resume: bool,
+    push_to_hub: str | None,
+    log: Callable[[str], None],
+) -> list[dict[str, str]]:
     """Every check that needs no model, in the order a user would fix them: the paths given, the
     probes file, the output folder, a checkpoint to resume, the Hub token. Returns the probes."""
     out = Path(settings.output_dir)
@@ -117,8 +125,10 @@ def check_before_loading(settings: Settings, probes: str | Path | None, overwrit
         log("no checkpoint to resume from; starting from the beginning")
     if push_to_hub:
         hub_token(push_to_hub)  # fail now, not after training
-    log(f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, "
-        f"data {settings.dataset} [{settings.split}]")
+    log(
+        f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, "
+        f"data {settings.dataset} [{settings.split}]"
+    )
     return probe_list
 
 
@@ -126,8 +136,10 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     """Say what was loaded: the slice, the rows kept and held out, a new head."""
     if note := prep.report.slice_note():
         log(note)
-    log(f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
-        f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation")
+    log(
+        f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
+        f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
+    )
     if prep.loaded.head_newly_initialised:
         log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
 
@@ -144,8 +156,9 @@ def measure(prep: Prepared, model, when: str, probe_list: list | None = None, he
     s, tok = prep.settings, prep.loaded.tokenizer
     result = {"held_out": held or held_out(prep, model)}
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
-    result["original"] = original_tutorial_accuracy(model, tok, sample, generator(s.seed, f"original-{when}"),
-                                                    s.max_length, s.eval_batch_size, s.precision)
+    result["original"] = original_tutorial_accuracy(
+        model, tok, sample, generator(s.seed, f"original-{when}"), s.max_length, s.eval_batch_size, s.precision
+    )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
     return result
@@ -154,10 +167,14 @@ def measure(prep: Prepared, model, when: str, probe_list: list | None = None, he
 def log_before_training(prep: Prepared, before: dict, processes: int, log: Callable[[str], None]) -> None:
     """The "before" line, and where and how training runs."""
     s, b = prep.settings, before["held_out"]
-    log(f"before: top-1 {b['top1']:.1%}, top-5 {b['top5']:.1%}, perplexity {b['perplexity']:.1f} "
-        f"({b['n_positions']} masked tokens)")
-    log(f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
-        f"({s.schedule} schedule), {s.epochs} epoch(s)")
+    log(
+        f"before: top-1 {b['top1']:.1%}, top-5 {b['top5']:.1%}, perplexity {b['perplexity']:.1f} "
+        f"({b['n_positions']} masked tokens)"
+    )
+    log(
+        f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
+        f"({s.schedule} schedule), {s.epochs} epoch(s)"
+    )
     if s.max_train_minutes:
         log(f"time box: training stops after {s.max_train_minutes:g} min of training clock, then evaluates and saves")
     if processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
@@ -191,16 +208,20 @@ def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> tuple[dict[str,
     return probes, examples
 
 
-def collect_metrics(prep: Prepared, before: dict, after: dict, history: dict, examples: list,
-                    seconds: dict[str, float]) -> dict[str, Any]:
+def collect_metrics(
+    prep: Prepared, before: dict, after: dict, history: dict, examples: list, seconds: dict[str, float]
+) -> dict[str, Any]:
     """The dict written to ``metrics.json`` (see :func:`run_job`)."""
     rows_note = "training rows, one random position per row (specials included), a fresh draw per call"
     return {
         "before": before["held_out"],
         "after": after["held_out"],
         "original_tutorial_accuracy": {"before": before["original"], "after": after["original"], "rows": rows_note},
-        "probes": {"before": before["probes"], "after": after["probes"],
-                   "changed": changed_probes(before["probes"], after["probes"])},
+        "probes": {
+            "before": before["probes"],
+            "after": after["probes"],
+            "changed": changed_probes(before["probes"], after["probes"]),
+        },
         "entities": prep.entities[:50],
         "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
         "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
@@ -255,7 +276,9 @@ def format_report(metrics: dict[str, Any]) -> str:
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
     p = metrics["probes"]
     if p["after"]["n"]:
-        lines.append(f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}")
+        lines.append(
+            f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}"
+        )
     lines.append("")
     for example in metrics["examples"]:
         guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])

@@ -29,6 +29,7 @@ IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
 ENTITY_BOOST = 4.0
 
+
 def selectable_positions(
     input_ids: torch.Tensor,
     tokenizer: PreTrainedTokenizerBase,
@@ -154,9 +155,16 @@ class MaskingCollator:
     ``attention_mask``, ``labels`` (-100 off the chosen positions).
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15, seed: int = 0,
-                 strategy: str = "mask", pad_to_multiple_of: int | None = None, label_all_tokens: bool = False,
-                 process_index: int = 0) -> None:
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        mlm_probability: float = 0.15,
+        seed: int = 0,
+        strategy: str = "mask",
+        pad_to_multiple_of: int | None = None,
+        label_all_tokens: bool = False,
+        process_index: int = 0,
+    ) -> None:
         self.tokenizer, self.process_index, self.seed = tokenizer, process_index, seed
         self.mlm_probability, self.strategy, self.label_all_tokens = mlm_probability, strategy, label_all_tokens
         self.pad_to_multiple_of = pad_to_multiple_of
@@ -168,8 +176,9 @@ class MaskingCollator:
         batch = pad_batch(features, self.tokenizer, pad_to_multiple_of=self.pad_to_multiple_of)
         ids, attention = batch["input_ids"], batch["attention_mask"]
         selectable = selectable_positions(ids, self.tokenizer, batch.get("special_tokens_mask"), attention)
-        masked, labels = mask_tokens(ids, selectable, self.tokenizer, self.mlm_probability, generator, self.strategy,
-                                     batch.get("entity_mask"))
+        masked, labels = mask_tokens(
+            ids, selectable, self.tokenizer, self.mlm_probability, generator, self.strategy, batch.get("entity_mask")
+        )
         if self.label_all_tokens:
             labels = label_everything(ids, attention)
         return {"input_ids": masked, "attention_mask": attention, "labels": labels}
@@ -220,8 +229,12 @@ def freeze_masks(
     return frozen
 
 
-def original_batches(rows: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15,
-                     generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
+def original_batches(
+    rows: Sequence[dict[str, Any]],
+    tokenizer: PreTrainedTokenizerBase,
+    mlm_probability: float = 0.15,
+    generator: torch.Generator | None = None,
+) -> dict[str, torch.Tensor]:
     """The original tutorial's data, reproduced: for comparison only, not for training a good model.
 
     Every row is padded to the longest row of the whole dataset; masks are drawn *once*, before

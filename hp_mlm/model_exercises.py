@@ -35,8 +35,10 @@ def check_train_step(step: Callable) -> bool | None:
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         scheduler = build_scheduler(optimizer, 4, 0.0, "linear")
         losses = [call(step, model, batch, optimizer, scheduler, 0.1) for batch in batches]
-        require(all(isinstance(loss, float) for loss in losses), "return loss.item(), a float: the tensor would keep "
-                "the batch's whole graph alive")
+        require(
+            all(isinstance(loss, float) for loss in losses),
+            "return loss.item(), a float: the tensor would keep the batch's whole graph alive",
+        )
         right_losses, right_lr, right = kit.reference_steps(copy.deepcopy(base), batches, 0.1)
 
         def same(other) -> bool:
@@ -47,11 +49,16 @@ def check_train_step(step: Callable) -> bool | None:
             for mistake, hint in kit.TRAIN_STEP_MISTAKES.items():
                 _, lr, wrong = kit.reference_steps(copy.deepcopy(base), batches, 0.1, skip=mistake)
                 require(not (same(wrong) and close(scheduler.get_last_lr()[0], lr)), hint)
-            require(same(right), "after 3 steps your weights differ from the reference loop's: "
-                     "forward (model(**batch).loss), backward, clip, optimizer.step(), scheduler.step(), zero_grad")
+            require(
+                same(right),
+                "after 3 steps your weights differ from the reference loop's: "
+                "forward (model(**batch).loss), backward, clip, optimizer.step(), scheduler.step(), zero_grad",
+            )
             require(False, kit.TRAIN_STEP_MISTAKES["schedule"])
-        require(all(close(a, b) for a, b in zip(losses, right_losses)),
-                 "return loss.item(), the loss of this batch's forward pass")
+        require(
+            all(close(a, b) for a, b in zip(losses, right_losses)),
+            "return loss.item(), the loss of this batch's forward pass",
+        )
         return "3 steps on a tiny BERT: weights, learning rate and losses equal the reference loop's"
 
     return verdict("3.1", run)
@@ -73,7 +80,9 @@ def check_masked_lm_loss(loss_fn: Callable) -> bool | None:
             output = model(**batch)
         logits, right = output.logits, output.loss.item()
         answer = call(loss_fn, logits, labels)
-        require(isinstance(answer, torch.Tensor) and answer.dim() == 0, "return a scalar tensor (so that .backward() works)")
+        require(
+            isinstance(answer, torch.Tensor) and answer.dim() == 0, "return a scalar tensor (so that .backward() works)"
+        )
         got = answer.item()
         for value, hint in kit.loss_mistakes(logits, labels):
             require(not close(got, value), hint)
@@ -91,15 +100,26 @@ def check_learning_rate(rate: Callable) -> bool | None:
         for total, peak, warmup in ((20, 1e-3, 4), (10, 2e-3, 0)):
             right = kit.scheduled_rates(total, peak, warmup)
             got = [float(call(rate, s, total, peak, warmup)) for s in range(total)]
-            require(not close(got[0], peak) or warmup == 0, "the rate should rise from 0 over the warmup steps, not start at the peak")
-            require(not all(close(g, r) for g, r in zip(got, right[1:] + [0.0])),
-                    "step 0 is the first step, where the rate is 0: you are one step ahead")
+            require(
+                not close(got[0], peak) or warmup == 0,
+                "the rate should rise from 0 over the warmup steps, not start at the peak",
+            )
+            require(
+                not all(close(g, r) for g, r in zip(got, right[1:] + [0.0])),
+                "step 0 is the first step, where the rate is 0: you are one step ahead",
+            )
             wrong = next((s for s, (g, r) in enumerate(zip(got, right)) if not close(g, r)), None)
             at = 0 if wrong is None else wrong
-            require(wrong is None or wrong >= warmup, "during the warmup the rate at step s is peak * s / warmup_steps "
-                    f"(step {at}: {right[at]:g}); yours: {got[at]:g}")
-            require(wrong is None, f"after the warmup, decay linearly from the peak to 0 at total_steps: at step {at} "
-                    f"of {total} (warmup {warmup}) the rate is {right[at]:g}; yours: {got[at]:g}")
+            require(
+                wrong is None or wrong >= warmup,
+                "during the warmup the rate at step s is peak * s / warmup_steps "
+                f"(step {at}: {right[at]:g}); yours: {got[at]:g}",
+            )
+            require(
+                wrong is None,
+                f"after the warmup, decay linearly from the peak to 0 at total_steps: at step {at} "
+                f"of {total} (warmup {warmup}) the rate is {right[at]:g}; yours: {got[at]:g}",
+            )
         return "20 steps (warmup 4) and 10 steps (no warmup) against build_scheduler (transformers' linear schedule)"
 
     return verdict("3.3", run)
@@ -115,12 +135,19 @@ def check_perplexity(perplexity: Callable) -> bool | None:
         logits, gold = kit.per_token(batches)
         right = math.exp(torch.nn.functional.cross_entropy(logits, gold).item())
         got = float(call(perplexity, batches))
-        ce = [torch.nn.functional.cross_entropy(lo[la != IGNORE_INDEX], la[la != IGNORE_INDEX]).item() for lo, la in batches]
+        ce = [
+            torch.nn.functional.cross_entropy(lo[la != IGNORE_INDEX], la[la != IGNORE_INDEX]).item()
+            for lo, la in batches
+        ]
         require(not close(got, math.log(right)), "that is the cross-entropy: perplexity is exp(cross-entropy)")
-        require(not close(got, sum(math.exp(c) for c in ce) / len(ce)),
-                 "exp of the mean over all hidden tokens, not a mean of per-batch perplexities")
-        require(not close(got, math.exp(sum(ce) / len(ce))),
-                 "weigh each batch by its number of hidden tokens: a batch of 1 token counts as much as one of 40 here")
+        require(
+            not close(got, sum(math.exp(c) for c in ce) / len(ce)),
+            "exp of the mean over all hidden tokens, not a mean of per-batch perplexities",
+        )
+        require(
+            not close(got, math.exp(sum(ce) / len(ce))),
+            "weigh each batch by its number of hidden tokens: a batch of 1 token counts as much as one of 40 here",
+        )
         require(not close(got, 2 ** math.log(right)), "cross-entropy is in nats: use exp, not 2 **")
         require(close(got, right), f"the perplexity of these batches is {right:.3f}; yours is {got:.3f}")
         return f"3 batches of 1, 7 and 40 hidden tokens (perplexity {right:.3f}), as evaluation.evaluate computes it"
@@ -142,18 +169,31 @@ def check_top_k_accuracy(accuracy: Callable) -> bool | None:
             per_batch.append((lo[t].topk(5, -1).indices == la[t][:, None]).any(-1).float().mean().item())
         everywhere = sum((lo.topk(5, -1).indices == la[..., None]).any(-1).sum().item() for lo, la in batches) / 240
         require(not close(got[5], 100 * right[5]), "give a fraction in [0, 1], not a percentage")
-        require(not close(got[5], sum(per_batch) / 3), "count hits over all hidden tokens, then divide: a mean of "
-                 "per-batch accuracies weighs a batch of 1 token like a batch of 40")
+        require(
+            not close(got[5], sum(per_batch) / 3),
+            "count hits over all hidden tokens, then divide: a mean of "
+            "per-batch accuracies weighs a batch of 1 token like a batch of 40",
+        )
         require(not close(got[5], everywhere), "score only the hidden tokens (labels != -100)")
-        require(not close(got[5], right[1]) or close(right[1], right[5]),
-                 "a hidden token counts when it is among the k best guesses (logits.topk(k)), not only the best")
-        require(all(close(got[k], right[k]) for k in (1, 5)),
-                 f"top-1 and top-5 here are {right[1]:.4f} and {right[5]:.4f}; yours {got[1]:.4f} and {got[5]:.4f}")
+        require(
+            not close(got[5], right[1]) or close(right[1], right[5]),
+            "a hidden token counts when it is among the k best guesses (logits.topk(k)), not only the best",
+        )
+        require(
+            all(close(got[k], right[k]) for k in (1, 5)),
+            f"top-1 and top-5 here are {right[1]:.4f} and {right[5]:.4f}; yours {got[1]:.4f} and {got[5]:.4f}",
+        )
         return f"top-1 and top-5 over 48 hidden tokens in 3 batches ({right[1]:.3f}, {right[5]:.3f}), per token as evaluate"
 
     return verdict("4.2", run)
 
 
 #: The checks notebooks 03-04 import (``check_answer`` comes from ``checking``).
-__all__ = ["check_answer", "check_learning_rate", "check_masked_lm_loss", "check_perplexity", "check_top_k_accuracy",
-           "check_train_step"]
+__all__ = [
+    "check_answer",
+    "check_learning_rate",
+    "check_masked_lm_loss",
+    "check_perplexity",
+    "check_top_k_accuracy",
+    "check_train_step",
+]

@@ -249,7 +249,9 @@ def _check_source(name: str, what: str = "model") -> bool:
     from huggingface_hub import constants
 
     if name.startswith("hp_mlm:"):
-        raise ValueError(f"{name!r} is not a model of the package; it has {SMOKE_MODEL!r}, {OFFLINE_MODEL!r} and {RANDOM_HEAD_MODEL!r}")
+        raise ValueError(
+            f"{name!r} is not a model of the package; it has {SMOKE_MODEL!r}, {OFFLINE_MODEL!r} and {RANDOM_HEAD_MODEL!r}"
+        )
     if is_local(name):
         path = Path(name).expanduser()
         if not path.exists():
@@ -259,9 +261,14 @@ def _check_source(name: str, what: str = "model") -> bool:
             )
         if not (path / "config.json").is_file():
             inside = path / "model" / "config.json"
-            raise FileNotFoundError(f"{name!r} holds no model (no config.json)" + (
-                f"; the trained model is in {str(path / 'model')!r}" if inside.is_file() else
-                "; pass a folder saved with save_pretrained, e.g. outputs/<profile>/model"))
+            raise FileNotFoundError(
+                f"{name!r} holds no model (no config.json)"
+                + (
+                    f"; the trained model is in {str(path / 'model')!r}"
+                    if inside.is_file()
+                    else "; pass a folder saved with save_pretrained, e.g. outputs/<profile>/model"
+                )
+            )
         return False
     return require_hub(name, what, lambda: _in_hf_cache(name, _CACHE_NEEDS[what]), constants.HF_HUB_CACHE)
 

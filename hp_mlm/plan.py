@@ -131,7 +131,9 @@ def batch_loader(data, batches: Sequence[Sequence[int]], collate_fn, epoch: int)
     batch ``b`` comes back with ``epoch`` and ``b`` (:class:`PositionedRows`)."""
     positioned = [[(epoch, b, row) for row in batch] for b, batch in enumerate(batches)]
     # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
-    return DataLoader(PositionedRows(data), batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator())
+    return DataLoader(
+        PositionedRows(data), batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator()
+    )
 
 
 @dataclass
@@ -183,11 +185,20 @@ class TrainingPlan:
 def check_resolved(settings: Settings) -> None:
     """Raise ValueError when a setting left on ``auto`` reaches training (``config.resolve_auto``
     settles it for a model; ``prepare.prepare`` calls it)."""
-    unresolved = [name for name, value in (("learning_rate", settings.learning_rate), ("schedule", settings.schedule),
-                                           ("precision", settings.precision)) if value in (None, "auto")]
+    unresolved = [
+        name
+        for name, value in (
+            ("learning_rate", settings.learning_rate),
+            ("schedule", settings.schedule),
+            ("precision", settings.precision),
+        )
+        if value in (None, "auto")
+    ]
     if unresolved:
-        raise ValueError(f"{', '.join(unresolved)} still 'auto': settle it for the model with "
-                         "config.resolve_auto(settings, head_newly_initialised) (prepare() does it) or set it")
+        raise ValueError(
+            f"{', '.join(unresolved)} still 'auto': settle it for the model with "
+            "config.resolve_auto(settings, head_newly_initialised) (prepare() does it) or set it"
+        )
 
 
 def new_accelerator(settings: Settings):
@@ -198,8 +209,11 @@ def new_accelerator(settings: Settings):
     # accelerate keeps one precision per process; each run sets its own (the process group stays).
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    return Accelerator(mixed_precision=MIXED_PRECISION[settings.precision], cpu=cpu_process_group(),
-                       gradient_accumulation_steps=settings.gradient_accumulation_steps)
+    return Accelerator(
+        mixed_precision=MIXED_PRECISION[settings.precision],
+        cpu=cpu_process_group(),
+        gradient_accumulation_steps=settings.gradient_accumulation_steps,
+    )
 
 
 def plan_training(
@@ -247,12 +261,32 @@ def plan_training(
     start = (state["epoch"], state["batches_done"]) if state else (0, 0)
     lengths = [len(r["input_ids"]) for r in train_rows]
     folder = None if output_dir is None else Path(output_dir)
-    return TrainingPlan(model, settings, accelerator, objective, optimizer, scheduler, data, collate_fn, lengths,
-                        total_steps, *start, history, folder)
+    return TrainingPlan(
+        model,
+        settings,
+        accelerator,
+        objective,
+        optimizer,
+        scheduler,
+        data,
+        collate_fn,
+        lengths,
+        total_steps,
+        *start,
+        history,
+        folder,
+    )
 
 
 def new_history(settings: Settings, accelerator) -> dict[str, Any]:
     """The history of a run that has not taken a step yet (see ``training.train`` for its keys)."""
-    return {"steps": [], "epochs": [], "learning_rate": settings.learning_rate, "optimizer_steps": 0,
-            "precision": settings.precision, "device": str(accelerator.device),
-            "processes": accelerator.num_processes, "batches_without_masks": 0}
+    return {
+        "steps": [],
+        "epochs": [],
+        "learning_rate": settings.learning_rate,
+        "optimizer_steps": 0,
+        "precision": settings.precision,
+        "device": str(accelerator.device),
+        "processes": accelerator.num_processes,
+        "batches_without_masks": 0,
+    }

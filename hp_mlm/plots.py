@@ -29,7 +29,10 @@ def plot_loss_curve(history: Mapping[str, Any], ax=None, smooth: int = 10):
     losses = [s["loss"] for s in history["steps"]]
     ax.plot(steps, losses, lw=0.8, alpha=0.4, label="loss per step")
     if len(losses) >= smooth > 1:
-        running = [sum(losses[max(0, i - smooth + 1) : i + 1]) / len(losses[max(0, i - smooth + 1) : i + 1]) for i in range(len(losses))]
+        running = [
+            sum(losses[max(0, i - smooth + 1) : i + 1]) / len(losses[max(0, i - smooth + 1) : i + 1])
+            for i in range(len(losses))
+        ]
         ax.plot(steps, running, lw=2, label=f"running mean ({smooth} steps)")
     for epoch in history.get("epochs", []):
         val = epoch.get("validation")

@@ -113,12 +113,24 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     )
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
     if not any(label != IGNORE_INDEX for row in frozen for label in row["labels"]):
-        raise ValueError(f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
-                         f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it")
+        raise ValueError(
+            f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
+            f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
+        )
     settings = resolve_auto(settings, loaded.head_newly_initialised)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
-    return Prepared(settings, loaded, report, train_rows, validation_rows, train_tokens, validation_tokens, frozen,
-                    entities, seconds)
+    return Prepared(
+        settings,
+        loaded,
+        report,
+        train_rows,
+        validation_rows,
+        train_tokens,
+        validation_tokens,
+        frozen,
+        entities,
+        seconds,
+    )
 
 
 def default_probes(settings: Settings) -> Path | None:

@@ -13,11 +13,17 @@ from typing import Any
 SMOKE_MODEL = "hp_mlm:smoke-bert"
 SMOKE_DATASET = "hp_mlm:smoke-corpus"
 #: Corpora shipped inside the package (written for this course), by name -> file in ``hp_mlm/corpora``.
-PACKAGE_DATASETS = {SMOKE_DATASET: "smoke_corpus.txt", "hp_mlm:products": "products.txt",
-                    "hp_mlm:course-corpus": "course_corpus.txt"}
+PACKAGE_DATASETS = {
+    SMOKE_DATASET: "smoke_corpus.txt",
+    "hp_mlm:products": "products.txt",
+    "hp_mlm:course-corpus": "course_corpus.txt",
+}
 #: Probes shipped with those corpora.
-PACKAGE_PROBES = {SMOKE_DATASET: "smoke_probes.jsonl", "hp_mlm:products": "products_probes.jsonl",
-                  "hp_mlm:course-corpus": "course_probes.jsonl"}
+PACKAGE_PROBES = {
+    SMOKE_DATASET: "smoke_probes.jsonl",
+    "hp_mlm:products": "products_probes.jsonl",
+    "hp_mlm:course-corpus": "course_probes.jsonl",
+}
 
 PROFILES = ("full", "quick", "offline", "smoke")
 #: ``seed`` is an alias of ``original`` (the name earlier versions used).
@@ -36,9 +42,16 @@ COURSE_DATASET = "hp_mlm:course-corpus"
 #: What ``recipe="original"`` sets: the original tutorial's procedure, as settings. They sit
 #: between the profile and your variables/flags, so ``--recipe original --lr 3e-5`` keeps 3e-5.
 ORIGINAL_RECIPE: dict[str, Any] = {
-    "learning_rate": 1e-5, "schedule": "constant", "warmup_fraction": 0.0, "max_grad_norm": 0.0,
-    "padding": "dataset", "mask_once": True, "label_all_tokens": True, "group_by_length": False,
-    "masked_positions_only": False, "precision": "fp32",
+    "learning_rate": 1e-5,
+    "schedule": "constant",
+    "warmup_fraction": 0.0,
+    "max_grad_norm": 0.0,
+    "padding": "dataset",
+    "mask_once": True,
+    "label_all_tokens": True,
+    "group_by_length": False,
+    "masked_positions_only": False,
+    "precision": "fp32",
 }
 #: Defaults for a checkpoint whose MLM head is new (random), chosen by benchmarks/new_head_study.py.
 NEW_HEAD = {"learning_rate": 5e-4, "schedule": "constant"}
@@ -46,7 +59,6 @@ NEW_HEAD = {"learning_rate": 5e-4, "schedule": "constant"}
 STOCK_HEAD = {"learning_rate": 5e-4, "schedule": "constant"}
 #: Standard fine-tuning defaults for a pretrained MLM head (Devlin et al. 2019; run_mlm_no_trainer).
 PRETRAINED_HEAD = {"learning_rate": 5e-5, "schedule": "linear"}
-
 
 
 #: What each profile changes relative to the ``full`` defaults.
@@ -112,7 +124,7 @@ SETTING_HELP = {
     "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
     "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
     "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
-               "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
+    "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
     "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
     "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
     "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",

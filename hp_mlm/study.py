@@ -80,9 +80,17 @@ def compare_options(
 
 def _row(name: str, seed: int | None, result: dict[str, Any], epochs: int, seconds: float) -> dict[str, Any]:
     kinds = result["kinds"]
-    return {"option": name, "seed": seed, "top1": result["top1"], "top5": result["top5"],
-            "perplexity": result["perplexity"], "entity_top1": kinds.get("entity", {}).get("top1"),
-            "word_piece_top1": kinds.get("word_piece", {}).get("top1"), "epochs_run": epochs, "seconds": seconds}
+    return {
+        "option": name,
+        "seed": seed,
+        "top1": result["top1"],
+        "top5": result["top5"],
+        "perplexity": result["perplexity"],
+        "entity_top1": kinds.get("entity", {}).get("top1"),
+        "word_piece_top1": kinds.get("word_piece", {}).get("top1"),
+        "epochs_run": epochs,
+        "seconds": seconds,
+    }
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -96,8 +104,9 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         entry: dict[str, Any] = {"option": item["option"], "n": len(item["runs"])}
         for metric in ("top1", "top5", "perplexity", "entity_top1", "word_piece_top1", "seconds"):
             values = [r[metric] for r in item["runs"] if r[metric] is not None]
-            entry[metric] = ({"mean": statistics.fmean(values), "min": min(values), "max": max(values)}
-                             if values else None)
+            entry[metric] = (
+                {"mean": statistics.fmean(values), "min": min(values), "max": max(values)} if values else None
+            )
         out.append(entry)
     return out
 
@@ -114,9 +123,13 @@ def options_table(summary: Sequence[dict[str, Any]]) -> str:
         mean, low, high = (scale * stat[k] for k in ("mean", "min", "max"))
         return f"{mean:.{digits}f}" if low == high else f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
-    lines = ["| option | runs | top-1 % | top-5 % | entity top-1 % | perplexity |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| option | runs | top-1 % | top-5 % | entity top-1 % | perplexity |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for s in summary:
-        lines.append(f"| {s['option']} | {s['n']} | {cell(s['top1'])} | {cell(s['top5'])} | "
-                     f"{cell(s['entity_top1'])} | {cell(s['perplexity'], 1.0, 0)} |")
+        lines.append(
+            f"| {s['option']} | {s['n']} | {cell(s['top1'])} | {cell(s['top5'])} | "
+            f"{cell(s['entity_top1'])} | {cell(s['perplexity'], 1.0, 0)} |"
+        )
     return "\n".join(lines)

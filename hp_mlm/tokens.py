@@ -79,7 +79,9 @@ def tokenize_rows(
     return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
 
 
-def _entity_mask(text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset) -> list[int]:
+def _entity_mask(
+    text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset
+) -> list[int]:
     """1 for each token whose whole word (as the tokenizer split it) is in ``entities``."""
     spans: dict[int, list[int]] = {}
     for (start, end), word in zip(offsets, word_ids):

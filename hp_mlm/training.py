@@ -104,8 +104,13 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
             history["optimizer_steps"] += 1
             step = history["optimizer_steps"]
             lr = plan.scheduler.get_last_lr()[0]
-            record = {"step": step, "epoch": epoch + 1, "loss": losses[-1], "lr": lr,
-                      "seconds": trained + time.perf_counter() - clock}
+            record = {
+                "step": step,
+                "epoch": epoch + 1,
+                "loss": losses[-1],
+                "lr": lr,
+                "seconds": trained + time.perf_counter() - clock,
+            }
             history["steps"].append(record)
             bar.set_postfix(loss=f"{losses[-1]:.3f}")
             if settings.checkpoint_every and step % settings.checkpoint_every == 0 and i + 1 < len(loader) + done:

@@ -49,8 +49,13 @@ def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     tokenizer. Raises ValueError when no token is ordinary (then use ``strategy="mask"``).
     """
     special = set(tokenizer.all_special_ids)
-    ids = _per_tokenizer(tokenizer, "replacements", lambda tokens: torch.tensor(
-        [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long))
+    ids = _per_tokenizer(
+        tokenizer,
+        "replacements",
+        lambda tokens: torch.tensor(
+            [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long
+        ),
+    )
     if len(ids) == 0:
         raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
     return ids

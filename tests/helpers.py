@@ -17,19 +17,24 @@ SENTENCES = [
 ]
 
 
-
 def tokenised(tokenizer, texts, max_length=64):
     """Tokenised rows as plain dicts (input_ids, attention_mask, special_tokens_mask)."""
-    enc = tokenizer(list(texts), truncation=True, max_length=max_length, return_special_tokens_mask=True,
-                    return_token_type_ids=False)
+    enc = tokenizer(
+        list(texts),
+        truncation=True,
+        max_length=max_length,
+        return_special_tokens_mask=True,
+        return_token_type_ids=False,
+    )
     return [{k: enc[k][i] for k in ("input_ids", "attention_mask", "special_tokens_mask")} for i in range(len(texts))]
 
 
 def run_cli(*args, env=None, timeout=300):
     """``python -m hp_mlm ARGS`` in a subprocess, progress bars off; returns the CompletedProcess."""
     full_env = {**os.environ, "HP_MLM_PROGRESS": "0", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True, timeout=timeout,
-                          env=full_env)
+    return subprocess.run(
+        [sys.executable, "-m", "hp_mlm", *args], capture_output=True, text=True, timeout=timeout, env=full_env
+    )
 
 
 def fit(model, tokenizer, rows, settings, callbacks=(), **plan):

@@ -62,8 +62,9 @@ def lay_dataset(home: Path, texts: list[str], repo_id: str = DATASET_ID) -> Path
         n_rows, n_bytes = writer.finalize()
     splits = datasets.SplitDict(dataset_name=name)
     splits.add(datasets.SplitInfo(name="train", num_bytes=n_bytes, num_examples=n_rows, dataset_name=name))
-    info = datasets.DatasetInfo(features=features, splits=splits, config_name="default", dataset_name=name,
-                                version="0.0.0")
+    info = datasets.DatasetInfo(
+        features=features, splits=splits, config_name="default", dataset_name=name, version="0.0.0"
+    )
     info.write_to_directory(str(folder))
     return folder
 

@@ -70,13 +70,16 @@ def test_imports_follow_the_pipeline_order():
     assert violations(package_sources()) == []
 
 
-@pytest.mark.parametrize("module, line", [
-    ("masking", "from .training import train"),  # an earlier step importing a later one
-    ("config", "from .cli import main"),
-    ("evaluation", "import hp_mlm.inference"),  # absolute spelling, inside a function too
-    ("tokens", "from . import masking"),
-    ("data", "from .models import load_model"),  # two modules of the same layer
-])
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        ("masking", "from .training import train"),  # an earlier step importing a later one
+        ("config", "from .cli import main"),
+        ("evaluation", "import hp_mlm.inference"),  # absolute spelling, inside a function too
+        ("tokens", "from . import masking"),
+        ("data", "from .models import load_model"),  # two modules of the same layer
+    ],
+)
 def test_a_reversed_import_is_caught(module, line):
     sources = package_sources()
     sources[module] += f"\n\ndef _late():\n    {line}\n"
@@ -125,3 +128,9 @@ def test_the_length_check_counts_code_not_docstrings_or_comments():
     assert longest_functions({"m": long}) == {"m.f": 61}
     assert longest_functions({"m": long.replace("    x59 = 59\n", "")}) == {}
 
+
+def test_the_code_is_formatted_and_lint_clean():
+    paths = ["hp_mlm", "tests", "benchmarks"]
+    for command in (["format", "--check", *paths], ["check", *paths]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"

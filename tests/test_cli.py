@@ -39,8 +39,16 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
     out, _ = smoke_run
     pipe = pipeline("fill-mask", model=str(out / "model"), device="cpu")
     assert len(pipe("Mira [MASK] was a student.", top_k=2)) == 2
-    result = cli("predict", "Mira [MASK] was a student.", "[MASK] ashdown met nell [MASK].",
-                 "--model", str(out / "model"), "--top-k", "3", "--json")
+    result = cli(
+        "predict",
+        "Mira [MASK] was a student.",
+        "[MASK] ashdown met nell [MASK].",
+        "--model",
+        str(out / "model"),
+        "--top-k",
+        "3",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     parsed = json.loads(result.stdout)
     assert [len(s) for s in parsed] == [1, 2] and all(len(m) == 3 for s in parsed for m in s)
@@ -73,8 +81,13 @@ def test_existing_model_is_not_overwritten_without_a_flag(smoke_run, capsys):
 
 def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_way(tmp_path):
     started = time.perf_counter()
-    result = cli("train", "--output-dir", str(tmp_path / "x"), env={"HF_ENDPOINT": "http://127.0.0.1:9", "HP_MLM_PROFILE": "full"},
-                 timeout=60)
+    result = cli(
+        "train",
+        "--output-dir",
+        str(tmp_path / "x"),
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HP_MLM_PROFILE": "full"},
+        timeout=60,
+    )
     assert time.perf_counter() - started < 30
     assert result.returncode == 2
     assert "andjela-r/mlm-harry-potter" in result.stderr and "HP_MLM_PROFILE=offline" in result.stderr
@@ -82,13 +95,16 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--mlm-probability", "1.5"], "--mlm-probability (HP_MLM_MLM_PROBABILITY) must be in (0, 1)"),
-    (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE) must be >= 1"),
-    (["--validation-fraction", "1"], "--validation-fraction"),
-    (["--dataset", "no/such/file.parquet"], "no such file"),
-    (["--max-length", "4096"], "limit of 128"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--mlm-probability", "1.5"], "--mlm-probability (HP_MLM_MLM_PROBABILITY) must be in (0, 1)"),
+        (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE) must be >= 1"),
+        (["--validation-fraction", "1"], "--validation-fraction"),
+        (["--dataset", "no/such/file.parquet"], "no such file"),
+        (["--max-length", "4096"], "limit of 128"),
+    ],
+)
 def test_bad_settings_give_one_line_errors(tmp_path, capsys, args, message):
     code = main(["train", "--profile", "smoke", "--output-dir", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err
@@ -97,17 +113,34 @@ def test_bad_settings_give_one_line_errors(tmp_path, capsys, args, message):
 
 def test_help_lists_every_required_flag():
     result = cli("train", "--help")
-    for flag in ("--model", "--dataset", "--split", "--text-column", "--output-dir", "--epochs", "--batch-size",
-                 "--lr", "--max-length", "--mlm-probability", "--validation-fraction", "--seed", "--recipe",
-                 "--profile", "--probes", "--overwrite", "--resume"):
+    for flag in (
+        "--model",
+        "--dataset",
+        "--split",
+        "--text-column",
+        "--output-dir",
+        "--epochs",
+        "--batch-size",
+        "--lr",
+        "--max-length",
+        "--mlm-probability",
+        "--validation-fraction",
+        "--seed",
+        "--recipe",
+        "--profile",
+        "--probes",
+        "--overwrite",
+        "--resume",
+    ):
         assert flag in result.stdout
 
 
 def test_original_recipe_runs_end_to_end_and_seed_is_the_same_run(tmp_path):
     runs = {}
     for name in ("original", "seed"):
-        settings = get_settings("smoke", environ={}, output_dir=str(tmp_path / name), progress=False, recipe=name,
-                                epochs=2)
+        settings = get_settings(
+            "smoke", environ={}, output_dir=str(tmp_path / name), progress=False, recipe=name, epochs=2
+        )
         runs[name] = run_job(settings, log=lambda _: None)
     metrics = runs["original"]
     assert metrics["learning_rate"] == 1e-5  # the recipe's rate wins over the profile's

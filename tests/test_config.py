@@ -9,7 +9,11 @@ from hp_mlm.profiles import SMOKE_DATASET, SMOKE_MODEL
 def test_defaults_are_the_course_real_job():
     s = get_settings("full", environ={})
     assert (s.model, s.dataset, s.split, s.text_column) == (
-        "bert-base-uncased", "andjela-r/mlm-harry-potter", "train[:10%]", "text")
+        "bert-base-uncased",
+        "andjela-r/mlm-harry-potter",
+        "train[:10%]",
+        "text",
+    )
     assert (s.max_length, s.mlm_probability, s.batch_size, s.epochs) == (512, 0.15, 16, 3)
     assert 0 < s.validation_fraction < 1
 
@@ -25,11 +29,23 @@ def test_profile_comes_from_environment_and_smoke_is_offline():
 
 
 def test_environment_overrides_are_typed_and_flags_win():
-    env = {"HP_MLM_PROFILE": "quick", "HP_MLM_MODEL": "./my-bert", "HP_MLM_EPOCHS": "2",
-           "HP_MLM_MLM_PROBABILITY": "0.2", "HP_MLM_PROGRESS": "0", "HP_MLM_LEARNING_RATE": "auto"}
+    env = {
+        "HP_MLM_PROFILE": "quick",
+        "HP_MLM_MODEL": "./my-bert",
+        "HP_MLM_EPOCHS": "2",
+        "HP_MLM_MLM_PROBABILITY": "0.2",
+        "HP_MLM_PROGRESS": "0",
+        "HP_MLM_LEARNING_RATE": "auto",
+    }
     s = get_settings(environ=env)
     assert (s.profile, s.model, s.epochs, s.mlm_probability, s.progress, s.learning_rate) == (
-        "quick", "./my-bert", 2, 0.2, False, None)
+        "quick",
+        "./my-bert",
+        2,
+        0.2,
+        False,
+        None,
+    )
     assert get_settings(environ=env, epochs=5).epochs == 5
 
 
@@ -40,10 +56,16 @@ def test_bad_environment_value_names_the_variable():
 
 @pytest.mark.parametrize(
     "change, name",
-    [({"mlm_probability": 0.0}, "mlm_probability"), ({"mlm_probability": 1.0}, "mlm_probability"),
-     ({"batch_size": 0}, "batch_size"), ({"validation_fraction": 1.0}, "validation_fraction"),
-     ({"validation_fraction": -0.1}, "validation_fraction"), ({"recipe": "magic"}, "recipe"),
-     ({"epochs": 0}, "epochs"), ({"learning_rate": -1.0}, "learning_rate")],
+    [
+        ({"mlm_probability": 0.0}, "mlm_probability"),
+        ({"mlm_probability": 1.0}, "mlm_probability"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"validation_fraction": 1.0}, "validation_fraction"),
+        ({"validation_fraction": -0.1}, "validation_fraction"),
+        ({"recipe": "magic"}, "recipe"),
+        ({"epochs": 0}, "epochs"),
+        ({"learning_rate": -1.0}, "learning_rate"),
+    ],
 )
 def test_out_of_range_settings_name_the_setting(change, name):
     with pytest.raises(ValueError, match=name):

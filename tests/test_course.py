@@ -28,7 +28,19 @@ from hp_mlm.tokens import padding_share, plan_batches
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 STEMS = ["00_setup", "01_tokenising", "02_masking", "03_training", "04_evaluation", "05_going_further"]
-VERBS = {"Explain", "Use", "Choose", "Compute", "Count", "Write", "Compare", "Interpret", "Evaluate", "Design", "Measure"}
+VERBS = {
+    "Explain",
+    "Use",
+    "Choose",
+    "Compute",
+    "Count",
+    "Write",
+    "Compare",
+    "Interpret",
+    "Evaluate",
+    "Design",
+    "Measure",
+}
 
 sys.path.insert(0, str(NOTEBOOKS))
 from tidy import FRAME_TABLE, machine_times  # noqa: E402
@@ -56,8 +68,9 @@ def frame_cell(nb: dict) -> str:
 @pytest.mark.parametrize("stem", STEMS)
 def test_every_notebook_is_an_episode_with_questions_objectives_minutes_and_key_points(stem):
     nb = load(NOTEBOOKS / f"{stem}.ipynb")
-    assert nb["cells"][1]["cell_type"] == "markdown" and "**Objectives**" in text(nb["cells"][1]), \
+    assert nb["cells"][1]["cell_type"] == "markdown" and "**Objectives**" in text(nb["cells"][1]), (
         "the frame follows the badge and the outputs note"
+    )
     frame = frame_cell(nb)
     assert 1 <= len(bullets(frame, "Questions")) <= 3
     objectives = bullets(frame, "Objectives")
@@ -86,7 +99,9 @@ def test_the_readme_schedule_is_generated_from_the_notebooks():
 
 
 def test_the_schedule_runs_a_clock_and_adds_up():
-    table = schedule_table([("a", {"teaching": 50, "exercises": 20}, {"smoke": 9.0}), ("b", {"teaching": 5, "exercises": 5}, {})])
+    table = schedule_table(
+        [("a", {"teaching": 50, "exercises": 20}, {"smoke": 9.0}), ("b", {"teaching": 5, "exercises": 5}, {})]
+    )
     assert "| b | 5 min | 5 min | 1:10 |" in table and "ends at 1:20" in table and "not measured" in table
 
 
@@ -117,8 +132,9 @@ def test_each_coded_exercise_starts_as_a_stub_and_its_solution_asserts_the_check
     for name in checks:
         cell = next(c for c in code if re.search(rf"^{name}\(", c, re.M))
         assert "...  # your code here" in cell or re.search(r"= \.\.\.", cell), f"{name}: the learner's cell is a stub"
-    solutions = "\n".join(text(c) for c in load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")["cells"]
-                          if c["cell_type"] == "code")
+    solutions = "\n".join(
+        text(c) for c in load(NOTEBOOKS / "solutions" / f"{stem}_solutions.ipynb")["cells"] if c["cell_type"] == "code"
+    )
     for name in checks:
         assert re.search(rf"^assert {name}\(", solutions, re.M), f"the solutions notebook asserts {name}"
 
@@ -152,8 +168,11 @@ def test_solutions_outputs_are_clean(stem):
 @pytest.mark.parametrize("path", [NOTEBOOKS / f"{s}.ipynb" for s in STEMS], ids=STEMS)
 def test_every_figure_is_followed_by_a_sentence_that_says_what_it_shows(path):
     cells = load(path)["cells"]
-    plots = [i for i, c in enumerate(cells) if c["cell_type"] == "code" and any(
-        "image/png" in o.get("data", {}) for o in c.get("outputs", []))]
+    plots = [
+        i
+        for i, c in enumerate(cells)
+        if c["cell_type"] == "code" and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))
+    ]
     assert plots or path.name.startswith("00"), "the committed notebook shows its plots"
     for i in plots:
         after = cells[i + 1]
@@ -200,8 +219,9 @@ def test_every_question_has_one_right_choice_and_a_reason_for_every_choice(noteb
     for q in questions:
         assert sum(c["correct"] for c in q["choices"]) == 1, q["question"]
         assert len(q["choices"]) >= 3 and all(len(c["why"]) > 20 for c in q["choices"]), q["question"]
-    assert len({next(i for i, c in enumerate(q["choices"]) if c["correct"]) for q in questions}) > 1, \
+    assert len({next(i for i, c in enumerate(q["choices"]) if c["correct"]) for q in questions}) > 1, (
         "the right answer is not always in the same place"
+    )
 
 
 @pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05"])

@@ -32,7 +32,7 @@ def test_folder_of_files_and_save_to_disk_folder(tmp_path):
     folder = tmp_path / "parts"
     folder.mkdir()
     for i in range(2):
-        pd.DataFrame({"text": SENTENCES[4 * i: 4 * i + 4]}).to_parquet(folder / f"part{i}.parquet")
+        pd.DataFrame({"text": SENTENCES[4 * i : 4 * i + 4]}).to_parquet(folder / f"part{i}.parquet")
     rows, _ = load_corpus(str(folder), "train")
     assert sorted(rows["text"]) == sorted(SENTENCES)
     DatasetDict({"train": Dataset.from_dict({"text": SENTENCES})}).save_to_disk(str(tmp_path / "saved"))
@@ -73,8 +73,14 @@ def test_missing_path_and_unsupported_type_name_the_path_and_accepted_types(tmp_
 
 @pytest.mark.parametrize(
     "split, expected",
-    [("train[:10%]", range(0, 3)), ("train[-10%:]", range(27, 30)), ("train[:200]", range(0, 30)),
-     ("train[5:8]", range(5, 8)), ("train[-4:]", range(26, 30)), ("train", range(0, 30))],
+    [
+        ("train[:10%]", range(0, 3)),
+        ("train[-10%:]", range(27, 30)),
+        ("train[:200]", range(0, 30)),
+        ("train[5:8]", range(5, 8)),
+        ("train[-4:]", range(26, 30)),
+        ("train", range(0, 30)),
+    ],
 )
 def test_slices_give_exact_rows(tmp_path, split, expected):
     texts = [f"row number {i} of the tale" for i in range(30)]

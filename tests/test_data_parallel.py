@@ -62,8 +62,9 @@ print("DONE", flush=True)
 """
 
 
-def launch(tmp_path: Path, out: Path, processes: int, epochs: int, resume: bool = False, slow: bool = False,
-           wait: bool = True):
+def launch(
+    tmp_path: Path, out: Path, processes: int, epochs: int, resume: bool = False, slow: bool = False, wait: bool = True
+):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,15 +72,23 @@ def launch(tmp_path: Path, out: Path, processes: int, epochs: int, resume: bool 
     if processes == 1:
         cmd = [sys.executable, str(script), *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}",
-               str(script), *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={processes}",
+            str(script),
+            *args,
+        ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
     if wait:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
         assert done.returncode == 0, done.stderr[-3000:]
         return [json.loads((out / f"process-{i}.json").read_text()) for i in range(processes)]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env, start_new_session=True
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,9 +121,14 @@ def test_two_process_metrics_equal_one_process_on_the_same_weights(one_and_two):
     assert p0["evaluation"] == {**p1["evaluation"], "seconds": p0["evaluation"]["seconds"]}  # both processes agree
     model = AutoModelForMaskedLM.from_pretrained(tmp / "two" / "model")
     tok = AutoTokenizer.from_pretrained(tmp / "two" / "model")
-    rows = [{"input_ids": r, "attention_mask": [1] * len(r),
-             "special_tokens_mask": tok.get_special_tokens_mask(r, already_has_special_tokens=True)}
-            for r in p0["all_rows"][:60]]
+    rows = [
+        {
+            "input_ids": r,
+            "attention_mask": [1] * len(r),
+            "special_tokens_mask": tok.get_special_tokens_mask(r, already_has_special_tokens=True),
+        }
+        for r in p0["all_rows"][:60]
+    ]
     alone = evaluate(model, freeze_masks(rows, tok, 0.15, seed=7), tok, batch_size=8)
     shared = p0["evaluation"]
     for key in ("top1", "top5", "n_positions", "n_rows", "kinds"):
@@ -165,7 +179,9 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     state = json.loads((killed / "checkpoints" / seen[-1] / "state.json").read_text())
     assert state["epoch"] == 0 and state["batches_done"] == 4 and state["run"]["processes"] == 2
     assert {p.name for p in (killed / "checkpoints" / seen[-1]).glob("random_states_*")} == {
-        "random_states_0.pkl", "random_states_1.pkl"}
+        "random_states_0.pkl",
+        "random_states_1.pkl",
+    }
     resumed = launch(tmp_path, killed, 2, epochs=2, resume=True)
     assert resumed[0]["history"]["optimizer_steps"] == reference[0]["history"]["optimizer_steps"]
     a = load_file(tmp_path / "reference" / "model" / "model.safetensors")

@@ -37,8 +37,18 @@ def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_t
     hi = tokenised(smoke_tokenizer, ["Hi."])
     collator = MaskingCollator(smoke_tokenizer, 0.15, seed=1)
     assert not (collator(hi)["labels"] != IGNORE_INDEX).any()  # the case's input: nothing masked
-    settings = get_settings("smoke", environ={}, epochs=1, batch_size=1, progress=False, checkpoint_every=0,
-                            learning_rate=1e-3, schedule="linear", seed=1, group_by_length=False)
+    settings = get_settings(
+        "smoke",
+        environ={},
+        epochs=1,
+        batch_size=1,
+        progress=False,
+        checkpoint_every=0,
+        learning_rate=1e-3,
+        schedule="linear",
+        seed=1,
+        group_by_length=False,
+    )
     history = fit(smoke_model, smoke_tokenizer, hi, settings)
     assert history["batches_without_masks"] == 1
     assert history["optimizer_steps"] == 0 and history["steps"] == []
@@ -47,8 +57,17 @@ def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_t
 
 def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, ["Hi."] * 6 + SENTENCES)
-    settings = get_settings("smoke", environ={}, epochs=2, batch_size=1, progress=False, checkpoint_every=0,
-                            learning_rate=1e-3, schedule="linear", group_by_length=False)
+    settings = get_settings(
+        "smoke",
+        environ={},
+        epochs=2,
+        batch_size=1,
+        progress=False,
+        checkpoint_every=0,
+        learning_rate=1e-3,
+        schedule="linear",
+        group_by_length=False,
+    )
     history = fit(smoke_model, smoke_tokenizer, rows, settings)
     skipped = history["batches_without_masks"]
     assert skipped > 0
@@ -88,20 +107,26 @@ def test_predict_targets_equal_the_pipelines_targets(saved_smoke):
 
 def test_every_target_is_answered_and_small_probabilities_stay_readable(saved_smoke):
     words = ["lake", "mira", "the", "a", "of", "and"]  # more than the default top-k of 5
-    result = run_cli("predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words),
-                     "--json")
+    result = run_cli(
+        "predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words), "--json"
+    )
     answers = json.loads(result.stdout)[0][0]
     assert sorted(a["token"] for a in answers) == sorted(words)
-    text = run_cli("predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words))
+    text = run_cli(
+        "predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), "--targets", ",".join(words)
+    )
     shown = text.stdout.splitlines()[1]
     assert all(word in shown for word in words) and " 0.000" not in shown  # tiny scores as 1.2e-04, not 0.000
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--targets", ""], "target"),
-    (["--targets", "lake,thornbacks"], "thornbacks"),  # two word pieces in the smoke vocabulary
-    (["--top-k", "40000"], "vocabulary"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--targets", ""], "target"),
+        (["--targets", "lake,thornbacks"], "thornbacks"),  # two word pieces in the smoke vocabulary
+        (["--top-k", "40000"], "vocabulary"),
+    ],
+)
 def test_bad_predict_requests_get_one_line(saved_smoke, capsys, args, needle):
     code = cli.main(["predict", "Mira [MASK] crossed the lake.", "--model", str(saved_smoke), *args])
     err = capsys.readouterr().err.strip().splitlines()
@@ -118,16 +143,26 @@ def package_exception_types() -> set[str]:
     for path in PACKAGE.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
-            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and (
-                    value.func.id.endswith(("Error", "Exception", "Diverged"))):
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and (value.func.id.endswith(("Error", "Exception", "Diverged")))
+            ):
                 names.add(value.func.id)
     return names
 
 
 def test_the_scan_finds_the_package_errors():
     found = package_exception_types()
-    assert {"ValueError", "FileNotFoundError", "FileExistsError", "RuntimeError", "TrainingDiverged",
-            "HubUnavailableError", "ImportError"} <= found
+    assert {
+        "ValueError",
+        "FileNotFoundError",
+        "FileExistsError",
+        "RuntimeError",
+        "TrainingDiverged",
+        "HubUnavailableError",
+        "ImportError",
+    } <= found
 
 
 @pytest.mark.parametrize("name", sorted(package_exception_types()))
@@ -136,8 +171,11 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
 
     from hp_mlm import hub, training
 
-    kinds = {**vars(builtins), "TrainingDiverged": training.TrainingDiverged,
-             "HubUnavailableError": hub.HubUnavailableError}
+    kinds = {
+        **vars(builtins),
+        "TrainingDiverged": training.TrainingDiverged,
+        "HubUnavailableError": hub.HubUnavailableError,
+    }
     # A function whose code lives in the package's folder raises it, as the package's own code would.
     source = f"def run_job(*args, **kwargs):\n    raise {name}('the message\\nover two lines')\n"
     code = compile(source, str(PACKAGE / "job.py"), "exec")
@@ -160,8 +198,18 @@ def test_real_errors_from_inside_a_run_are_one_line(tmp_path, monkeypatch, capsy
 
     for fault, needle in ((out_of_memory, "--batch-size"), (diverged, "--lr")):
         monkeypatch.setattr(MaskedLMObjective, "forward", fault)
-        status = cli.main(["train", "--profile", "smoke", "--epochs", "1", "--no-progress",
-                           "--output-dir", str(tmp_path / fault.__name__)])
+        status = cli.main(
+            [
+                "train",
+                "--profile",
+                "smoke",
+                "--epochs",
+                "1",
+                "--no-progress",
+                "--output-dir",
+                str(tmp_path / fault.__name__),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert status == 2 and len(err) == 1 and needle in err[0] and "Traceback" not in err[0]
     monkeypatch.undo()
@@ -210,8 +258,15 @@ def test_own_data_cut_by_the_split_says_so_and_names_the_setting(tmp_path, own_b
     from hp_mlm.job import run_job
 
     logged = []
-    settings = get_settings("smoke", environ={}, dataset=str(own_book), split="train[:10%]", epochs=1,
-                            output_dir=str(tmp_path / "out"), progress=False)
+    settings = get_settings(
+        "smoke",
+        environ={},
+        dataset=str(own_book),
+        split="train[:10%]",
+        epochs=1,
+        output_dir=str(tmp_path / "out"),
+        progress=False,
+    )
     metrics = run_job(settings, log=logged.append)
     line = next(text for text in logged if text.startswith("using"))
     assert "10% of the rows (20 of 200" in line and "set `split` to train" in line
@@ -240,8 +295,12 @@ def test_a_missing_dataset_is_reported_before_the_existing_output_folder(tmp_pat
 
 
 def test_evaluate_without_the_profile_names_the_data_problem_first(saved_smoke, tmp_path):
-    result = run_cli("evaluate", "--model", str(saved_smoke),
-                     env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HP_MLM_PROFILE": ""})
+    result = run_cli(
+        "evaluate",
+        "--model",
+        str(saved_smoke),
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "HP_MLM_PROFILE": ""},
+    )
     assert result.returncode == 2
     assert "andjela-r/mlm-harry-potter" in result.stderr and "max_length" not in result.stderr
 
@@ -300,20 +359,37 @@ def one_line(capsys, argv):
 
 def test_a_local_file_has_only_a_train_split(tmp_path, own_book, capsys):
     for split in ("validation", "tran[:10]"):
-        line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(own_book), "--split", split,
-                                 "--output-dir", str(tmp_path / "o"), "--no-progress"])
+        line = one_line(
+            capsys,
+            [
+                "train",
+                "--profile",
+                "smoke",
+                "--dataset",
+                str(own_book),
+                "--split",
+                split,
+                "--output-dir",
+                str(tmp_path / "o"),
+                "--no-progress",
+            ],
+        )
         assert "one split is 'train'" in line
 
 
 def test_an_empty_or_unreadable_file_is_named(tmp_path, capsys):
     empty = tmp_path / "empty.txt"
     empty.write_text("")
-    line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(empty), "--output-dir", str(tmp_path / "o")])
+    line = one_line(
+        capsys, ["train", "--profile", "smoke", "--dataset", str(empty), "--output-dir", str(tmp_path / "o")]
+    )
     assert "is empty" in line
     broken = tmp_path / "broken.json"
     broken.write_text("{this is not json")
-    line = one_line(capsys, ["train", "--profile", "smoke", "--dataset", str(broken), "--output-dir", str(tmp_path / "p"),
-                             "--no-progress"])
+    line = one_line(
+        capsys,
+        ["train", "--profile", "smoke", "--dataset", str(broken), "--output-dir", str(tmp_path / "p"), "--no-progress"],
+    )
     assert "Cannot read" in line and "broken.json" in line
 
 
@@ -347,17 +423,26 @@ def test_a_bad_probes_file_is_found_before_any_loading(tmp_path, capsys, monkeyp
         raise AssertionError("the data was loaded before the probes were checked")
 
     monkeypatch.setattr(hp_mlm.prepare, "load_corpus", must_not_load)
-    cases = {"no_mask.jsonl": ('{"text": "Mira crossed the lake.", "answer": "mira"}\n', "no_mask.jsonl:1: the text has no [MASK]"),
-             "empty.jsonl": ("\n", "holds no probe"),
-             "broken.jsonl": ('{"text": "[MASK] crossed.", "answer": "mira"}\n{oops\n', "broken.jsonl:2 is not valid JSON")}
+    cases = {
+        "no_mask.jsonl": (
+            '{"text": "Mira crossed the lake.", "answer": "mira"}\n',
+            "no_mask.jsonl:1: the text has no [MASK]",
+        ),
+        "empty.jsonl": ("\n", "holds no probe"),
+        "broken.jsonl": ('{"text": "[MASK] crossed.", "answer": "mira"}\n{oops\n', "broken.jsonl:2 is not valid JSON"),
+    }
     for name, (text, needle) in cases.items():
         (tmp_path / name).write_text(text)
-        line = one_line(capsys, ["train", "--profile", "smoke", "--probes", str(tmp_path / name),
-                                 "--output-dir", str(tmp_path / "o")])
+        line = one_line(
+            capsys,
+            ["train", "--profile", "smoke", "--probes", str(tmp_path / name), "--output-dir", str(tmp_path / "o")],
+        )
         assert needle in line
 
 
-@pytest.mark.parametrize("args, flag", [(["--lr", "-1"], "--lr (HP_MLM_LEARNING_RATE)"),
-                                        (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE)")])
+@pytest.mark.parametrize(
+    "args, flag",
+    [(["--lr", "-1"], "--lr (HP_MLM_LEARNING_RATE)"), (["--batch-size", "0"], "--batch-size (HP_MLM_BATCH_SIZE)")],
+)
 def test_range_errors_name_the_flag_and_the_variable(tmp_path, capsys, args, flag):
     assert flag in one_line(capsys, ["train", "--profile", "smoke", "--output-dir", str(tmp_path), *args])

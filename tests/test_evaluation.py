@@ -82,7 +82,11 @@ def test_batched_original_accuracy_scores_the_same_positions_as_one_row_at_a_tim
     texts = [s * (1 + i % 3) for i, s in enumerate(SENTENCES * 3)]  # rows of different lengths: padding in batches
     with torch.no_grad():
         smoke_model.cls.predictions.bias.normal_(0, 3, generator=torch.Generator().manual_seed(0))  # confident guesses
-    one = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=1)
-    batched = original_tutorial_accuracy(smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=7)
+    one = original_tutorial_accuracy(
+        smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=1
+    )
+    batched = original_tutorial_accuracy(
+        smoke_model, smoke_tokenizer, texts, torch.Generator().manual_seed(5), batch_size=7
+    )
     assert one["accuracy"] == batched["accuracy"] and one["n_rows"] == batched["n_rows"] == len(texts)
     assert original_tutorial_accuracy(smoke_model, smoke_tokenizer, [])["accuracy"] is None  # nothing scored

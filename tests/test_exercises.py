@@ -16,8 +16,7 @@ from hp_mlm.masking import IGNORE_INDEX
 from hp_mlm.tokens import padding_share
 
 
-def stub_ellipsis(*args):
-    ...
+def stub_ellipsis(*args): ...
 
 
 def stub_raises(*args):
@@ -48,8 +47,16 @@ def pad_with(fill, mask_fill=0, left=False, width=None):
     return pad
 
 
-def masking(labels="chosen", mask_id="ask", use_generator=True, respect_selectable=True, p_scale=1.0, fixed_p=None,
-            filler=IGNORE_INDEX, swap=False):
+def masking(
+    labels="chosen",
+    mask_id="ask",
+    use_generator=True,
+    respect_selectable=True,
+    p_scale=1.0,
+    fixed_p=None,
+    filler=IGNORE_INDEX,
+    swap=False,
+):
     def mask(ids, selectable, tok, p, generator):
         g = generator if use_generator else None
         chosen = torch.bernoulli(torch.full(ids.shape, (fixed_p or p) * p_scale), generator=g).bool()
@@ -84,8 +91,11 @@ def loss_right(logits, labels):
 
 
 def loss_row_means(logits, labels):
-    rows = [F.cross_entropy(lo[la != IGNORE_INDEX], la[la != IGNORE_INDEX]) for lo, la in zip(logits, labels)
-            if (la != IGNORE_INDEX).any()]
+    rows = [
+        F.cross_entropy(lo[la != IGNORE_INDEX], la[la != IGNORE_INDEX])
+        for lo, la in zip(logits, labels)
+        if (la != IGNORE_INDEX).any()
+    ]
     return torch.stack(rows).mean()
 
 
@@ -116,8 +126,10 @@ def acc_right(batches, k):
 
 
 def acc_per_batch(batches, k):
-    means = [(lo[la != -100].topk(k, -1).indices == la[la != -100][:, None]).any(-1).float().mean().item()
-             for lo, la in batches]
+    means = [
+        (lo[la != -100].topk(k, -1).indices == la[la != -100][:, None]).any(-1).float().mean().item()
+        for lo, la in batches
+    ]
     return sum(means) / len(means)
 
 
@@ -127,72 +139,108 @@ def acc_everywhere(batches, k):
 
 
 CHECKS = {
-    "check_word_pieces": (pieces_right, [
-        (lambda w, t: {x: len(t(x)["input_ids"]) for x in w}, "adds [CLS] and [SEP]"),
-        (lambda w, t: {x: sum(p.startswith("##") for p in t.tokenize(x)) for x in w}, "first piece of a word has no '##'"),
-        (lambda w, t: {x: len(x) for x in w}, "not the letters"),
-        (lambda w, t: [len(t.tokenize(x)) for x in w], "return a dict"),
-    ]),
-    "check_padding_share": (share_right, [
-        (lambda b, lengths: share_right(b, lengths) / (1 - share_right(b, lengths)), "not by the real tokens"),
-        (lambda b, lengths: sum(padding_share([x], lengths) for x in b) / len(b), "a mean of per-batch shares"),
-        (lambda b, lengths: padding_share(b, lengths, max(lengths)), "not to the longest row of the dataset"),
-        (lambda b, lengths: 100 * share_right(b, lengths), "not a percentage"),
-        (lambda b, lengths: 1 - share_right(b, lengths), "share of real tokens"),
-    ]),
-    "check_pad_batch": (pad_with("ask"), [
-        (pad_with(0), "ask tokenizer.pad_token_id"),
-        (pad_with("ask", mask_fill=1), "attention_mask must be 0 at the padding"),
-        (pad_with("ask", width=512), "not to a fixed width"),
-        (pad_with("ask", left=True), "pads on the right"),
-    ]),
-    "check_mask_tokens": (masking(), [
-        (masking(labels="all"), "labels are a copy of input_ids"),
-        (masking(respect_selectable=False), "choose only where selectable is True"),
-        (masking(mask_id=103), "do not write the mask id"),
-        (masking(use_generator=False), "draw from the generator you are given"),
-        (masking(p_scale=2.0), "about mlm_probability"),
-        (masking(fixed_p=0.15), "use the mlm_probability you are given"),
-        (masking(filler=-1), "gets the label -100"),
-        (masking(swap=True), "in this order"),
-    ]),
-    "check_train_step": (step_with(), [
-        (step_with(zero_grad=False), "call optimizer.zero_grad()"),
-        (step_with(clip=False), "clip the gradient norm"),
-        (step_with(schedule=False), "scheduler.step()"),
-        (lambda m, b, o, s, g: m(**b).loss.item(), "your weights did not change"),
-        (lambda m, b, o, s, g: step_with()(m, b, o, s, g) and m(**b).loss, "return loss.item(), a float"),
-    ]),
-    "check_masked_lm_loss": (loss_right, [
-        (lambda lo, la: F.cross_entropy(lo.reshape(-1, lo.shape[-1]), la.reshape(-1), reduction="sum"), "not the sum"),
-        (lambda lo, la: F.cross_entropy(lo.transpose(1, 2), la, reduction="none").sum() / la.numel(), "not by every position"),
-        (loss_row_means, "a mean of per-row means"),
-        (lambda lo, la: F.nll_loss(lo.transpose(1, 2), la), "nll_loss on logits"),
-        (lambda lo, la: F.cross_entropy(lo.softmax(-1)[la != -100], la[la != -100]), "a softmax before it"),
-        (lambda lo, la: loss_right(lo, la) / math.log(2), "do not convert it to bits"),
-        (lambda lo, la: F.cross_entropy(lo.transpose(1, 2), la.clamp(min=0)), "do not turn them into a token"),
-        (lambda lo, la: loss_right(lo, la).item(), "return a scalar tensor"),
-    ]),
-    "check_learning_rate": (rate_right, [
-        (lambda s, t, p, w: p * (t - s) / t, "rise from 0 over the warmup"),
-        (lambda s, t, p, w: rate_right(s + 1, t, p, w), "one step ahead"),
-        (lambda s, t, p, w: p * s / w if s < w else p, "decay linearly from the peak to 0"),
-        (lambda s, t, p, w: p * s / (2 * w) if s < w else rate_right(s, t, p, w), "during the warmup"),
-        (lambda s, t, p, w: rate_right(s, t, p, w) if s < w else p * (t - s) / t, "at step 4 of 20 (warmup 4)"),
-        (lambda s, t, p, w: p * min(s / w, (t - s) / (t - w)), "your function raised ZeroDivisionError"),
-    ]),
-    "check_perplexity": (ppl_right, [
-        (lambda b: math.log(ppl_right(b)), "perplexity is exp(cross-entropy)"),
-        (lambda b: sum(math.exp(c) for c in ce_per_batch(b)) / 3, "a mean of per-batch perplexities"),
-        (lambda b: math.exp(sum(ce_per_batch(b)) / 3), "weigh each batch by its number of hidden tokens"),
-        (lambda b: 2 ** math.log(ppl_right(b)), "not 2 **"),
-    ]),
-    "check_top_k_accuracy": (acc_right, [
-        (acc_per_batch, "a mean of per-batch accuracies"),
-        (acc_everywhere, "score only the hidden tokens"),
-        (lambda b, k: acc_right(b, 1), "among the k best guesses"),
-        (lambda b, k: 100 * acc_right(b, k), "not a percentage"),
-    ]),
+    "check_word_pieces": (
+        pieces_right,
+        [
+            (lambda w, t: {x: len(t(x)["input_ids"]) for x in w}, "adds [CLS] and [SEP]"),
+            (
+                lambda w, t: {x: sum(p.startswith("##") for p in t.tokenize(x)) for x in w},
+                "first piece of a word has no '##'",
+            ),
+            (lambda w, t: {x: len(x) for x in w}, "not the letters"),
+            (lambda w, t: [len(t.tokenize(x)) for x in w], "return a dict"),
+        ],
+    ),
+    "check_padding_share": (
+        share_right,
+        [
+            (lambda b, lengths: share_right(b, lengths) / (1 - share_right(b, lengths)), "not by the real tokens"),
+            (lambda b, lengths: sum(padding_share([x], lengths) for x in b) / len(b), "a mean of per-batch shares"),
+            (lambda b, lengths: padding_share(b, lengths, max(lengths)), "not to the longest row of the dataset"),
+            (lambda b, lengths: 100 * share_right(b, lengths), "not a percentage"),
+            (lambda b, lengths: 1 - share_right(b, lengths), "share of real tokens"),
+        ],
+    ),
+    "check_pad_batch": (
+        pad_with("ask"),
+        [
+            (pad_with(0), "ask tokenizer.pad_token_id"),
+            (pad_with("ask", mask_fill=1), "attention_mask must be 0 at the padding"),
+            (pad_with("ask", width=512), "not to a fixed width"),
+            (pad_with("ask", left=True), "pads on the right"),
+        ],
+    ),
+    "check_mask_tokens": (
+        masking(),
+        [
+            (masking(labels="all"), "labels are a copy of input_ids"),
+            (masking(respect_selectable=False), "choose only where selectable is True"),
+            (masking(mask_id=103), "do not write the mask id"),
+            (masking(use_generator=False), "draw from the generator you are given"),
+            (masking(p_scale=2.0), "about mlm_probability"),
+            (masking(fixed_p=0.15), "use the mlm_probability you are given"),
+            (masking(filler=-1), "gets the label -100"),
+            (masking(swap=True), "in this order"),
+        ],
+    ),
+    "check_train_step": (
+        step_with(),
+        [
+            (step_with(zero_grad=False), "call optimizer.zero_grad()"),
+            (step_with(clip=False), "clip the gradient norm"),
+            (step_with(schedule=False), "scheduler.step()"),
+            (lambda m, b, o, s, g: m(**b).loss.item(), "your weights did not change"),
+            (lambda m, b, o, s, g: step_with()(m, b, o, s, g) and m(**b).loss, "return loss.item(), a float"),
+        ],
+    ),
+    "check_masked_lm_loss": (
+        loss_right,
+        [
+            (
+                lambda lo, la: F.cross_entropy(lo.reshape(-1, lo.shape[-1]), la.reshape(-1), reduction="sum"),
+                "not the sum",
+            ),
+            (
+                lambda lo, la: F.cross_entropy(lo.transpose(1, 2), la, reduction="none").sum() / la.numel(),
+                "not by every position",
+            ),
+            (loss_row_means, "a mean of per-row means"),
+            (lambda lo, la: F.nll_loss(lo.transpose(1, 2), la), "nll_loss on logits"),
+            (lambda lo, la: F.cross_entropy(lo.softmax(-1)[la != -100], la[la != -100]), "a softmax before it"),
+            (lambda lo, la: loss_right(lo, la) / math.log(2), "do not convert it to bits"),
+            (lambda lo, la: F.cross_entropy(lo.transpose(1, 2), la.clamp(min=0)), "do not turn them into a token"),
+            (lambda lo, la: loss_right(lo, la).item(), "return a scalar tensor"),
+        ],
+    ),
+    "check_learning_rate": (
+        rate_right,
+        [
+            (lambda s, t, p, w: p * (t - s) / t, "rise from 0 over the warmup"),
+            (lambda s, t, p, w: rate_right(s + 1, t, p, w), "one step ahead"),
+            (lambda s, t, p, w: p * s / w if s < w else p, "decay linearly from the peak to 0"),
+            (lambda s, t, p, w: p * s / (2 * w) if s < w else rate_right(s, t, p, w), "during the warmup"),
+            (lambda s, t, p, w: rate_right(s, t, p, w) if s < w else p * (t - s) / t, "at step 4 of 20 (warmup 4)"),
+            (lambda s, t, p, w: p * min(s / w, (t - s) / (t - w)), "your function raised ZeroDivisionError"),
+        ],
+    ),
+    "check_perplexity": (
+        ppl_right,
+        [
+            (lambda b: math.log(ppl_right(b)), "perplexity is exp(cross-entropy)"),
+            (lambda b: sum(math.exp(c) for c in ce_per_batch(b)) / 3, "a mean of per-batch perplexities"),
+            (lambda b: math.exp(sum(ce_per_batch(b)) / 3), "weigh each batch by its number of hidden tokens"),
+            (lambda b: 2 ** math.log(ppl_right(b)), "not 2 **"),
+        ],
+    ),
+    "check_top_k_accuracy": (
+        acc_right,
+        [
+            (acc_per_batch, "a mean of per-batch accuracies"),
+            (acc_everywhere, "score only the hidden tokens"),
+            (lambda b, k: acc_right(b, 1), "among the k best guesses"),
+            (lambda b, k: 100 * acc_right(b, k), "not a percentage"),
+        ],
+    ),
 }
 
 
@@ -254,11 +302,14 @@ def test_check_value_accepts_the_right_number_rejects_others_and_waits_for_an_an
     assert check_value("2.2", "a lot", 0.003375, "multiply") is False
 
 
-@pytest.mark.parametrize("exercise, given, right, wrong", [
-    ("0.2", {"vocab_size": 30522}, math.log(30522), 1 / 30522),
-    ("2.2", {"mlm_probability": 0.15}, 0.0034, 0.15),
-    ("2.3", {"mlm_probability": 0.15}, 19, 18),
-])
+@pytest.mark.parametrize(
+    "exercise, given, right, wrong",
+    [
+        ("0.2", {"vocab_size": 30522}, math.log(30522), 1 / 30522),
+        ("2.2", {"mlm_probability": 0.15}, 0.0034, 0.15),
+        ("2.3", {"mlm_probability": 0.15}, 19, 18),
+    ],
+)
 def test_computed_answers_are_computed_from_what_the_notebook_gives(exercise, given, right, wrong, capsys):
     assert ex.check_answer(exercise, right, **given) is True
     assert ex.check_answer(exercise, wrong, **given) is False

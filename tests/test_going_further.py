@@ -54,8 +54,13 @@ def test_whole_word_masks_all_pieces_of_a_named_word(smoke_tokenizer):
 
 
 def test_entities_are_found_from_the_corpus_itself():
-    texts = ["Then Mira met Oren by the lake.", "The lake was cold, and Mira waved.", "Later Mira and Oren ran.",
-             "The owl saw Mira. But Oren slept.", "When Oren laughed, Mira smiled."]
+    texts = [
+        "Then Mira met Oren by the lake.",
+        "The lake was cold, and Mira waved.",
+        "Later Mira and Oren ran.",
+        "The owl saw Mira. But Oren slept.",
+        "When Oren laughed, Mira smiled.",
+    ]
     found = find_entities(texts, min_count=2)
     assert found[:2] == ["mira", "oren"]
     assert "the" not in found and "but" not in found and "when" not in found
@@ -70,10 +75,15 @@ def test_entity_masking_prefers_entities_at_the_same_overall_rate(smoke_tokenize
     ok = selectable_positions(ids, smoke_tokenizer, batch["special_tokens_mask"], batch["attention_mask"])
     rates = {}
     for strategy in ("whole_word", "entity"):
-        _, labels = mask_tokens(ids, ok, smoke_tokenizer, 0.15, torch.Generator().manual_seed(0), strategy, batch["entity_mask"])
+        _, labels = mask_tokens(
+            ids, ok, smoke_tokenizer, 0.15, torch.Generator().manual_seed(0), strategy, batch["entity_mask"]
+        )
         chosen = labels != IGNORE_INDEX
-        rates[strategy] = (chosen[entity & ok].float().mean().item(), chosen[~entity & ok].float().mean().item(),
-                           chosen[ok].float().mean().item())
+        rates[strategy] = (
+            chosen[entity & ok].float().mean().item(),
+            chosen[~entity & ok].float().mean().item(),
+            chosen[ok].float().mean().item(),
+        )
     ent, other, overall = rates["entity"]
     assert ent > 2.5 * other
     assert ent > 1.5 * rates["whole_word"][0]
@@ -105,7 +115,13 @@ def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_mo
         return {"cross_entropy": next(losses)}
 
     settings = get_settings("smoke", environ={}, epochs=6, batch_size=4, progress=False, schedule="linear")
-    history = fit(smoke_model, smoke_tokenizer, rows, settings.replace(learning_rate=1e-3), callbacks=[Validate(fake_validation, 2)])
+    history = fit(
+        smoke_model,
+        smoke_tokenizer,
+        rows,
+        settings.replace(learning_rate=1e-3),
+        callbacks=[Validate(fake_validation, 2)],
+    )
     assert history["early_stopping"] == {"best_epoch": 2, "best_cross_entropy": 2.0, "stopped_after_epoch": 4}
     assert len(history["epochs"]) == 4
     state = smoke_model.state_dict()
@@ -135,8 +151,11 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
     (tmp_path / "model").mkdir()
     url = hub.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
     assert url == "https://hub.example/someone/hp-mlm-bert"
-    assert calls == [("init", "hf_fake_token"), ("create_repo", "someone/hp-mlm-bert", True),
-                     ("upload_folder", str(tmp_path / "model"), "someone/hp-mlm-bert")]
+    assert calls == [
+        ("init", "hf_fake_token"),
+        ("create_repo", "someone/hp-mlm-bert", True),
+        ("upload_folder", str(tmp_path / "model"), "someone/hp-mlm-bert"),
+    ]
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     with pytest.raises(ValueError, match="hf auth login"):
         hub.hub_token("someone/hp-mlm-bert")
@@ -147,13 +166,33 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
 def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
     from hp_mlm.cli import main
 
-    code = main(["compare", "--profile", "smoke", "--epochs", "2", "--output-dir", str(tmp_path),
-                 "--only", "course", "entity masking", "--seeds", "2", "--no-progress"])
+    code = main(
+        [
+            "compare",
+            "--profile",
+            "smoke",
+            "--epochs",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+            "--only",
+            "course",
+            "entity masking",
+            "--seeds",
+            "2",
+            "--no-progress",
+        ]
+    )
     assert code == 0
     result = json.loads((tmp_path / "comparison.json").read_text())
     names = [(r["option"], r["seed"]) for r in result["rows"]]
-    assert names == [("before fine-tuning", None), ("course", 42), ("course", 43), ("entity masking", 42),
-                     ("entity masking", 43)]
+    assert names == [
+        ("before fine-tuning", None),
+        ("course", 42),
+        ("course", 43),
+        ("entity masking", 42),
+        ("entity masking", 43),
+    ]
     assert all(r["entity_top1"] is not None for r in result["rows"])
     assert result["rows"][1]["top1"] > result["rows"][0]["top1"]
     assert result["rows"][1]["top1"] != result["rows"][2]["top1"]  # the seeds differ
@@ -168,8 +207,9 @@ def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_p
     from hp_mlm.job import run_job
     from hp_mlm.prepare import default_probes
 
-    settings = get_settings("smoke", environ={}, dataset="hp_mlm:products", epochs=2, output_dir=str(tmp_path),
-                            progress=False)
+    settings = get_settings(
+        "smoke", environ={}, dataset="hp_mlm:products", epochs=2, output_dir=str(tmp_path), progress=False
+    )
     metrics = run_job(settings, probes=default_probes(settings), log=lambda _: None)
     assert metrics["data"]["n_loaded"] == 240 and metrics["data"]["n_dropped"] == 0
     assert metrics["after"]["cross_entropy"] < metrics["before"]["cross_entropy"]
@@ -179,8 +219,15 @@ def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_p
 def test_a_time_box_stops_the_main_job_early_and_it_still_evaluates_and_saves(tmp_path):
     from hp_mlm.job import run_job
 
-    settings = get_settings("smoke", environ={}, epochs=200, progress=False, checkpoint_every=0,
-                            output_dir=str(tmp_path / "boxed"), max_train_minutes=0.02)  # 1.2 s of training clock
+    settings = get_settings(
+        "smoke",
+        environ={},
+        epochs=200,
+        progress=False,
+        checkpoint_every=0,
+        output_dir=str(tmp_path / "boxed"),
+        max_train_minutes=0.02,
+    )  # 1.2 s of training clock
     logged = []
     metrics = run_job(settings, log=logged.append)
     history = json.loads((tmp_path / "boxed" / "history.json").read_text())

@@ -55,7 +55,10 @@ def test_cuda_out_of_memory_is_reported_with_the_settings_to_lower(monkeypatch, 
 
     monkeypatch.setattr(objective, "masked_lm_loss", out_of_memory)
     settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1, schedule="linear")
-    with pytest.raises(RuntimeError, match=r"batch_size=4 and max_length=64 \(OutOfMemoryError: CUDA out of memory\. Tried.*Lower batch_size.*gradient_accumulation_steps.*max_length"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"batch_size=4 and max_length=64 \(OutOfMemoryError: CUDA out of memory\. Tried.*Lower batch_size.*gradient_accumulation_steps.*max_length",
+    ):
         fit(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings.replace(learning_rate=1e-3))
 
 

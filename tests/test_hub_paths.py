@@ -28,8 +28,19 @@ from hp_mlm.hub import HubUnavailableError, hub_reachable, require_hub
 from hp_mlm.models import load_model
 
 ROOT = Path(__file__).resolve().parents[1]
-NETWORK_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_ENDPOINT", "HF_HUB_CACHE",
-                "HF_DATASETS_CACHE", "HF_HOME", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
+NETWORK_VARS = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "HF_ENDPOINT",
+    "HF_HUB_CACHE",
+    "HF_DATASETS_CACHE",
+    "HF_HOME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+)
 
 
 def closed_port() -> int:
@@ -135,8 +146,10 @@ def test_the_probe_goes_through_the_proxy_the_libraries_use(not_cached, answerin
     url, seen = answering_server
     not_cached.setenv("HF_ENDPOINT", "http://hub.invalid")  # .invalid never resolves (RFC 2606)
     not_cached.setenv(variable, url)
-    assert require_hub(MODEL_ID if what == "model" else DATASET_ID, what, lambda: pytest.fail("asked the cache"),
-                       "cache") is False
+    assert (
+        require_hub(MODEL_ID if what == "model" else DATASET_ID, what, lambda: pytest.fail("asked the cache"), "cache")
+        is False
+    )
     assert any("http://hub.invalid" in line for line in seen), seen
 
 
@@ -154,8 +167,7 @@ def test_no_proxy_is_honoured_as_the_libraries_honour_it(clean_network, answerin
 
 
 @pytest.mark.parametrize("what", ["model", "dataset"])
-def test_a_reachable_hub_is_handed_to_the_library_even_when_nothing_is_cached(not_cached, answering_server,
-                                                                               what):
+def test_a_reachable_hub_is_handed_to_the_library_even_when_nothing_is_cached(not_cached, answering_server, what):
     not_cached.setenv("HF_ENDPOINT", answering_server[0])
     if what == "model":
         assert models._check_source(MODEL_ID, "model") is False  # fetch as usual
@@ -217,10 +229,17 @@ def test_hub_out_of_reach_and_not_cached_says_cannot_reach(not_cached, what):
 
 
 def command_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if k.upper() not in NETWORK_VARS and not k.startswith("HP_MLM_")}  # HP_MLM_PROFILE unset: full
-    return {**env, "HF_HOME": str(home), "HP_MLM_PROGRESS": "0", "OMP_NUM_THREADS": "1",
-            "PYTHONPATH": str(ROOT), **extra}
+    env = {
+        k: v for k, v in os.environ.items() if k.upper() not in NETWORK_VARS and not k.startswith("HP_MLM_")
+    }  # HP_MLM_PROFILE unset: full
+    return {
+        **env,
+        "HF_HOME": str(home),
+        "HP_MLM_PROGRESS": "0",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -233,10 +252,14 @@ def runs(laid_cache, tmp_path_factory):
         "train_offline": (["-m", "hp_mlm", "train", "--output-dir", "{out}"], {**offline, **small}),
         "train_network_down": (["-m", "hp_mlm", "train", "--output-dir", "{out}"], small),
         "predict": (["-m", "hp_mlm", "predict", "Harry [MASK] is a wizard.", "--model", MODEL_ID, "--json"], offline),
-        "evaluate": (["-m", "hp_mlm", "evaluate", "--model", MODEL_ID, "--dataset", DATASET_ID, "--max-length", "64"],
-                     {}),
-        "datasets_alone": (["-c", f"import datasets; print(len(datasets.load_dataset({DATASET_ID!r}, split='train')))"],
-                           offline),
+        "evaluate": (
+            ["-m", "hp_mlm", "evaluate", "--model", MODEL_ID, "--dataset", DATASET_ID, "--max-length", "64"],
+            {},
+        ),
+        "datasets_alone": (
+            ["-c", f"import datasets; print(len(datasets.load_dataset({DATASET_ID!r}, split='train')))"],
+            offline,
+        ),
     }
     started = {}
     for name, (args, extra) in commands.items():
@@ -244,9 +267,17 @@ def runs(laid_cache, tmp_path_factory):
         if "HF_HUB_OFFLINE" not in extra:
             extra = {**extra, "HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"}  # network down
         out = base / name / "out"
-        started[name] = (subprocess.Popen([sys.executable, *[a.format(out=out) for a in args]], cwd=base / name,
-                                          env=command_env(home, **extra), stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True), out)
+        started[name] = (
+            subprocess.Popen(
+                [sys.executable, *[a.format(out=out) for a in args]],
+                cwd=base / name,
+                env=command_env(home, **extra),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+            out,
+        )
     results = {}
     for name, (process, out) in started.items():
         stdout, stderr = process.communicate(timeout=240)

@@ -47,12 +47,18 @@ def test_target_scores_are_probabilities_over_the_whole_vocabulary(smoke_tokeniz
     assert sum(c["score"] for c in ours) < 1
 
 
-@pytest.mark.parametrize("targets, match", [
-    ([], "targets is empty"),
-    (["tower", "xylophonist"], r"'xylophonist' is split into the pieces \['x', '##y'.*single token of this tokenizer's vocabulary"),
-    (["🙂"], r"'🙂' becomes \[UNK\].*single token"),
-    (["  "], r"'  ' becomes no token.*single token"),
-])
+@pytest.mark.parametrize(
+    "targets, match",
+    [
+        ([], "targets is empty"),
+        (
+            ["tower", "xylophonist"],
+            r"'xylophonist' is split into the pieces \['x', '##y'.*single token of this tokenizer's vocabulary",
+        ),
+        (["🙂"], r"'🙂' becomes \[UNK\].*single token"),
+        (["  "], r"'  ' becomes no token.*single token"),
+    ],
+)
 def test_bad_targets_are_refused_with_the_reason(smoke_tokenizer, smoke_model, targets, match):
     with pytest.raises(ValueError, match=match):
         fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", targets=targets)
@@ -60,28 +66,37 @@ def test_bad_targets_are_refused_with_the_reason(smoke_tokenizer, smoke_model, t
 
 def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):
     vocab = smoke_model.config.vocab_size
-    (answers,), = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab)
+    ((answers,),) = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab)
     assert sorted(c["token_id"] for c in answers) == list(range(vocab))
     assert abs(sum(c["score"] for c in answers) - 1) < 1e-4
-    with pytest.raises(ValueError, match=rf"top_k={vocab + 1} is more than this model's vocabulary of {vocab:,} tokens.*top_k <= {vocab}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"top_k={vocab + 1} is more than this model's vocabulary of {vocab:,} tokens.*top_k <= {vocab}",
+    ):
         fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab + 1)
 
 
 def test_each_mask_gets_its_own_sorted_list(smoke_tokenizer, smoke_model):
-    (first, second), = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] potter and ron [MASK] went back."], top_k=3)
+    ((first, second),) = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] potter and ron [MASK] went back."], top_k=3)
     for group in (first, second):
         scores = [c["score"] for c in group]
         assert len(group) == 3 and scores == sorted(scores, reverse=True) and all(0 < s <= 1 for s in scores)
-        assert all(c["token"] not in ("[CLS]", "[SEP]", "[PAD]") or c["token_id"] in (smoke_tokenizer.all_special_ids) for c in group)
-    (one,), = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=3)
+        assert all(
+            c["token"] not in ("[CLS]", "[SEP]", "[PAD]") or c["token_id"] in (smoke_tokenizer.all_special_ids)
+            for c in group
+        )
+    ((one,),) = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=3)
     assert len(one) == 3
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("Mira walked home.", r"no mask token.*\[MASK\]"),
-    ("   ", "empty"),
-    ("Mira {mask} home.", r"\[MASK\]"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("Mira walked home.", r"no mask token.*\[MASK\]"),
+        ("   ", "empty"),
+        ("Mira {mask} home.", r"\[MASK\]"),
+    ],
+)
 def test_unanswerable_input_shows_the_mask_token(smoke_tokenizer, smoke_model, bad, match):
     with pytest.raises(ValueError, match=match):
         fill_mask(smoke_model, smoke_tokenizer, [bad])

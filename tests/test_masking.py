@@ -78,15 +78,19 @@ def test_matches_data_collator_semantics(smoke_tokenizer):
     """Same selectable positions and label convention as DataCollatorForLanguageModeling, same rate."""
     rows = tokenised(smoke_tokenizer, SENTENCES * 40)
     features = [{"input_ids": r["input_ids"]} for r in rows]
-    theirs = DataCollatorForLanguageModeling(smoke_tokenizer, mlm_probability=0.15, mask_replace_prob=1.0,
-                                             random_replace_prob=0.0, seed=0)(features)
+    theirs = DataCollatorForLanguageModeling(
+        smoke_tokenizer, mlm_probability=0.15, mask_replace_prob=1.0, random_replace_prob=0.0, seed=0
+    )(features)
     ours = MaskingCollator(smoke_tokenizer, 0.15, seed=0)(rows)
     assert torch.equal(theirs["input_ids"] != smoke_tokenizer.mask_token_id, theirs["labels"] == IGNORE_INDEX)
     assert torch.equal(ours["input_ids"] != smoke_tokenizer.mask_token_id, ours["labels"] == IGNORE_INDEX)
-    everything = DataCollatorForLanguageModeling(smoke_tokenizer, mlm_probability=1.0, mask_replace_prob=1.0,
-                                                 random_replace_prob=0.0, seed=0)(features)
+    everything = DataCollatorForLanguageModeling(
+        smoke_tokenizer, mlm_probability=1.0, mask_replace_prob=1.0, random_replace_prob=0.0, seed=0
+    )(features)
     batch = pad_batch(rows, smoke_tokenizer)
-    ok = selectable_positions(batch["input_ids"], smoke_tokenizer, batch["special_tokens_mask"], batch["attention_mask"])
+    ok = selectable_positions(
+        batch["input_ids"], smoke_tokenizer, batch["special_tokens_mask"], batch["attention_mask"]
+    )
     assert torch.equal(everything["labels"] != IGNORE_INDEX, ok)
     rate_theirs = (theirs["labels"] != IGNORE_INDEX).sum() / ok.sum()
     rate_ours = (ours["labels"] != IGNORE_INDEX).sum() / ok.sum()
@@ -97,8 +101,14 @@ def test_matches_data_collator_semantics(smoke_tokenizer):
 
 def test_bert_80_10_10_proportions(smoke_tokenizer):
     ids = torch.randint(5, len(smoke_tokenizer), (400, 250))
-    masked, labels = mask_tokens(ids, torch.ones_like(ids, dtype=torch.bool), smoke_tokenizer, 0.15,
-                                 torch.Generator().manual_seed(0), strategy="bert")
+    masked, labels = mask_tokens(
+        ids,
+        torch.ones_like(ids, dtype=torch.bool),
+        smoke_tokenizer,
+        0.15,
+        torch.Generator().manual_seed(0),
+        strategy="bert",
+    )
     chosen = labels != IGNORE_INDEX
     n = chosen.sum().item()
     as_mask = (masked[chosen] == smoke_tokenizer.mask_token_id).sum().item() / n
@@ -114,8 +124,20 @@ WORDS = ["harry", "looked", "at", "the", "owl", ".", "potter", "wand"]
 
 def reserved_slot_tokenizer():
     """A BERT vocabulary with ``[unusedN]`` slots scattered among the ordinary words, as in bert-base-uncased."""
-    tokens = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused2]", *WORDS[:3],
-              "[unused3]", *WORDS[3:], "[unused4]"]
+    tokens = [
+        "[PAD]",
+        "[unused0]",
+        "[unused1]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        "[unused2]",
+        *WORDS[:3],
+        "[unused3]",
+        *WORDS[3:],
+        "[unused4]",
+    ]
     return BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=True)
 
 
@@ -136,8 +158,9 @@ def test_random_replacements_are_ordinary_tokens_never_special_or_reserved():
     # 10% become a random word; 1 in 8 of those happens to be the original word and looks unchanged
     assert abs(len(replaced) / chosen - 0.1 * (1 - 1 / len(ordinary))) < 0.01
     # DataCollatorForLanguageModeling draws from the whole vocabulary, reserved slots included (what we avoid)
-    theirs = DataCollatorForLanguageModeling(tok, mlm_probability=1.0, mask_replace_prob=0.0, random_replace_prob=1.0,
-                                             seed=0)([{"input_ids": r["input_ids"]} for r in rows])
+    theirs = DataCollatorForLanguageModeling(
+        tok, mlm_probability=1.0, mask_replace_prob=0.0, random_replace_prob=1.0, seed=0
+    )([{"input_ids": r["input_ids"]} for r in rows])
     assert not set(theirs["input_ids"][theirs["labels"] != IGNORE_INDEX].tolist()) <= ordinary
 
 
@@ -151,7 +174,9 @@ def test_replacement_ids_are_computed_once_and_follow_added_tokens():
 
 
 def test_a_vocabulary_of_only_special_tokens_cannot_draw_replacements():
-    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"])})
+    tok = BertTokenizerFast(
+        vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"])}
+    )
     with pytest.raises(ValueError, match="strategy='mask'"):
         replacement_ids(tok)
 
@@ -174,9 +199,14 @@ def test_frozen_masks_do_not_depend_on_which_rows_are_present(smoke_tokenizer):
 )
 def test_property_masks_never_touch_special_or_padding(smoke_tokenizer, rows, probability, seed, strategy):
     tok = smoke_tokenizer
-    features = [{"input_ids": [tok.cls_token_id, *r, tok.sep_token_id],
-                 "attention_mask": [1] * (len(r) + 2),
-                 "special_tokens_mask": [1, *[0] * len(r), 1]} for r in rows]
+    features = [
+        {
+            "input_ids": [tok.cls_token_id, *r, tok.sep_token_id],
+            "attention_mask": [1] * (len(r) + 2),
+            "special_tokens_mask": [1, *[0] * len(r), 1],
+        }
+        for r in rows
+    ]
     batch = pad_batch(features, tok)
     ids = batch["input_ids"]
     ok = selectable_positions(ids, tok, batch["special_tokens_mask"], batch["attention_mask"])

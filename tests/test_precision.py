@@ -21,15 +21,18 @@ def test_cpu_bf16_is_detected_from_the_cpu_flags():
     assert cpu_has_native_bf16("") is False
 
 
-@pytest.mark.parametrize("requested, device, cuda_bf16, cpu_bf16, expected", [
-    ("auto", "cuda", True, None, "bf16"),    # Ampere and newer
-    ("auto", "cuda", False, None, "fp16"),   # a Colab T4: fp16 with loss scaling
-    ("auto", "cpu", None, True, "bf16"),     # a CPU with bf16 instructions
-    ("auto", "cpu", None, False, "fp32"),    # any other CPU
-    ("fp32", "cuda", True, None, "fp32"),
-    ("bf16", "cpu", None, False, "bf16"),    # asked for explicitly: allowed (emulated, slower)
-    ("fp16", "cuda", False, None, "fp16"),
-])
+@pytest.mark.parametrize(
+    "requested, device, cuda_bf16, cpu_bf16, expected",
+    [
+        ("auto", "cuda", True, None, "bf16"),  # Ampere and newer
+        ("auto", "cuda", False, None, "fp16"),  # a Colab T4: fp16 with loss scaling
+        ("auto", "cpu", None, True, "bf16"),  # a CPU with bf16 instructions
+        ("auto", "cpu", None, False, "fp32"),  # any other CPU
+        ("fp32", "cuda", True, None, "fp32"),
+        ("bf16", "cpu", None, False, "bf16"),  # asked for explicitly: allowed (emulated, slower)
+        ("fp16", "cuda", False, None, "fp16"),
+    ],
+)
 def test_auto_precision_follows_the_hardware(requested, device, cuda_bf16, cpu_bf16, expected):
     assert resolve_precision(requested, device, cuda_bf16=cuda_bf16, cpu_bf16=cpu_bf16) == expected
 
@@ -73,8 +76,9 @@ def test_bf16_and_fp32_training_give_close_losses_and_the_history_names_the_prec
     losses = {}
     for precision in ("fp32", "bf16"):
         model = build_smoke_model(tokenizer)
-        settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, progress=False, schedule="linear",
-                                precision=precision)
+        settings = get_settings(
+            "smoke", environ={}, epochs=2, batch_size=8, progress=False, schedule="linear", precision=precision
+        )
         history = fit(model, tokenizer, rows, settings)
         assert history["precision"] == precision and history["device"] == "cpu" and history["processes"] == 1
         losses[precision] = [s["loss"] for s in history["steps"]]

@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def offline_commands() -> list[str]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"<!-- offline commands: start -->\n```\n(.*?)\n```\n<!-- offline commands: end -->", readme, re.S)
+    block = re.search(
+        r"<!-- offline commands: start -->\n```\n(.*?)\n```\n<!-- offline commands: end -->", readme, re.S
+    )
     assert block, "the README's offline commands sit between <!-- offline commands: start/end --> markers"
     return block.group(1).splitlines()
 
@@ -46,8 +48,10 @@ def test_the_notebooks_and_the_cli_share_the_output_folder(tmp_path, monkeypatch
     from hp_mlm.config import course_path
 
     assert course_path("outputs/offline", str(ROOT)) == "outputs/offline"
-    assert Path(ROOT / "notebooks" / course_path("outputs/offline", str(ROOT / "notebooks"))).resolve() == \
-        (ROOT / "outputs" / "offline").resolve()
+    assert (
+        Path(ROOT / "notebooks" / course_path("outputs/offline", str(ROOT / "notebooks"))).resolve()
+        == (ROOT / "outputs" / "offline").resolve()
+    )
     assert course_path("outputs/offline", str(tmp_path)) == "outputs/offline", "outside the repository: the cwd"
     monkeypatch.chdir(ROOT / "notebooks")
     assert get_settings("offline", environ={}).output_dir == "../outputs/offline"

@@ -17,7 +17,9 @@ from hp_mlm.models import STOCK_HEAD_FILE, build_smoke_tokenizer, load_model, lo
 from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
 
 #: MiniLM-L6's head shapes (hidden 384, bert-base-uncased's 30,522 tokens), with one small layer.
-MINILM_SHAPES = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+MINILM_SHAPES = dict(
+    vocab_size=30522, hidden_size=384, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+)
 
 
 def test_the_head_file_is_small_safetensors_with_only_head_weights():
@@ -59,8 +61,9 @@ def test_the_offline_name_loads_the_stock_head_tied_and_the_random_head_name_a_n
 
 
 def test_a_model_the_head_does_not_fit_is_refused():
-    other = BertForMaskedLM(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                       intermediate_size=16))
+    other = BertForMaskedLM(
+        BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16)
+    )
     with pytest.raises(ValueError, match="does not fit this model"):
         load_stock_head(other)
 
@@ -72,14 +75,23 @@ def test_the_real_minilm_with_its_stock_head_beats_a_random_head_and_a_uniform_g
     from hp_mlm.evaluation import evaluate
     from hp_mlm.masking import freeze_masks
 
-    texts = ["She opened the door and walked slowly into the garden behind the old house.",
-             "The rain had stopped by the time the children came home from school that afternoon.",
-             "He put the kettle on the stove and waited for the water to boil before making tea.",
-             "They walked along the river for an hour, talking about the books they had read."] * 5
+    texts = [
+        "She opened the door and walked slowly into the garden behind the old house.",
+        "The rain had stopped by the time the children came home from school that afternoon.",
+        "He put the kettle on the stove and waited for the water to boil before making tea.",
+        "They walked along the river for an hour, talking about the books they had read.",
+    ] * 5
     stock, new = load_model(OFFLINE_MODEL), load_model(RANDOM_HEAD_MODEL)
-    rows = [{"input_ids": ids, "special_tokens_mask": stock.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True)}
-            for ids in stock.tokenizer(texts)["input_ids"]]
+    rows = [
+        {
+            "input_ids": ids,
+            "special_tokens_mask": stock.tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True),
+        }
+        for ids in stock.tokenizer(texts)["input_ids"]
+    ]
     frozen = freeze_masks(rows, stock.tokenizer, 0.3, seed=0)
-    scored = {name: evaluate(loaded.model, frozen, loaded.tokenizer) for name, loaded in (("stock", stock), ("new", new))}
+    scored = {
+        name: evaluate(loaded.model, frozen, loaded.tokenizer) for name, loaded in (("stock", stock), ("new", new))
+    }
     assert scored["stock"]["cross_entropy"] < math.log(len(stock.tokenizer)) - 3 < scored["new"]["cross_entropy"]
     assert scored["stock"]["top1"] > 0.1 and scored["new"]["top1"] < 0.02

@@ -36,7 +36,9 @@ def test_masked_position_head_gives_the_same_loss_as_the_full_head(smoke_tokeniz
 
 def test_a_batch_without_masked_positions_gives_zero_loss_not_nan(smoke_tokenizer, smoke_model):
     batch = MaskingCollator(smoke_tokenizer, 0.3, seed=0)(tokenised(smoke_tokenizer, SENTENCES[:2]))
-    loss = masked_lm_loss(smoke_model, batch["input_ids"], batch["attention_mask"], torch.full_like(batch["labels"], -100))
+    loss = masked_lm_loss(
+        smoke_model, batch["input_ids"], batch["attention_mask"], torch.full_like(batch["labels"], -100)
+    )
     assert loss.item() == 0.0 and loss.requires_grad
 
 
@@ -52,15 +54,22 @@ def test_optimizer_is_torch_adamw_without_decay_on_bias_and_layernorm(smoke_mode
 
 def test_one_training_step_on_two_rows_gives_a_finite_loss(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, ["Harry looked at the owl.", "Ron ate a sandwich."])
-    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, mlm_probability=0.5, learning_rate=5e-5))
+    history = fit(
+        smoke_model, smoke_tokenizer, rows, smoke_settings(batch_size=2, mlm_probability=0.5, learning_rate=5e-5)
+    )
     assert len(history["steps"]) == 1 and math.isfinite(history["steps"][0]["loss"])
     assert not smoke_model.training
 
 
 def test_training_lowers_the_loss_and_checkpoints_atomically(tmp_path, smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES * 4)
-    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=6, checkpoint_every=5, learning_rate=3e-3),
-                    output_dir=tmp_path)
+    history = fit(
+        smoke_model,
+        smoke_tokenizer,
+        rows,
+        smoke_settings(epochs=6, checkpoint_every=5, learning_rate=3e-3),
+        output_dir=tmp_path,
+    )
     first, last = history["epochs"][0]["train_loss"], history["epochs"][-1]["train_loss"]
     assert last < first
     ckpt = latest_checkpoint(tmp_path)
@@ -177,8 +186,13 @@ def test_gradient_accumulation_counts_optimizer_steps_not_batches(smoke_tokenize
 
 def test_ablations_static_masks_and_labels_everywhere_train(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES)
-    for change in ({"mask_once": True}, {"label_all_tokens": True}, {"mask_once": True, "label_all_tokens": True},
-                   {"schedule": "constant"}, {"masking": "bert"}):
+    for change in (
+        {"mask_once": True},
+        {"label_all_tokens": True},
+        {"mask_once": True, "label_all_tokens": True},
+        {"schedule": "constant"},
+        {"masking": "bert"},
+    ):
         history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(**change))
         assert all(math.isfinite(s["loss"]) for s in history["steps"]), change
 
@@ -187,8 +201,9 @@ def test_resume_with_different_settings_is_refused(tmp_path, smoke_tokenizer, sm
     rows = tokenised(smoke_tokenizer, SENTENCES)
     fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1), output_dir=tmp_path)
     with pytest.raises(ValueError, match=r"batch_size 4 -> 2"):
-        fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2),
-              output_dir=tmp_path, resume=True)
+        fit(
+            smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=1, batch_size=2), output_dir=tmp_path, resume=True
+        )
 
 
 def test_callbacks_stop_on_a_time_budget_and_see_every_step(smoke_tokenizer, smoke_model):
@@ -218,12 +233,11 @@ def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
 
     def halving(optimizer, total_steps):
         seen.append(total_steps)
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5 ** step)
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 0.5**step)
 
-    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2),
-                    make_scheduler=halving)
+    history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2), make_scheduler=halving)
     assert seen == [8]
-    assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5 ** k for k in range(1, 9)])
+    assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5**k for k in range(1, 9)])
 
 
 def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_model):

@@ -91,13 +91,18 @@ def test_a_module_in_memory_other_than_the_installed_one_in_range_is_stale_too()
 
 
 def test_modules_without_a_version_or_without_metadata_are_left_alone():
-    hp_mlm.check_versions({"transformers": fake_module("transformers", None), "pyarrow": fake_module("pyarrow", "1.0")},
-                          version_of=installed(pyarrow=None))
+    hp_mlm.check_versions(
+        {"transformers": fake_module("transformers", None), "pyarrow": fake_module("pyarrow", "1.0")},
+        version_of=installed(pyarrow=None),
+    )
 
 
 @pytest.mark.parametrize("found", ["4.46.0", "6.0.0"])
 def test_an_installed_version_out_of_bounds_keeps_the_pip_message(found):
-    with pytest.raises(ImportError, match=rf"transformers {re.escape(found)} is installed; upgrade with: pip install -U 'transformers>=5,<6'"):
+    with pytest.raises(
+        ImportError,
+        match=rf"transformers {re.escape(found)} is installed; upgrade with: pip install -U 'transformers>=5,<6'",
+    ):
         hp_mlm.check_versions({}, version_of=installed(transformers=found))
 
 
@@ -208,19 +213,31 @@ def subset(narrow: SpecifierSet, wide: SpecifierSet) -> bool:
     for spec in (*narrow, *wide):
         v = Version(spec.version.replace(".*", ""))
         major, minor, micro = (*v.release, 0, 0)[:3]
-        probes |= {str(v), f"{major}.{minor}.{micro + 1}", f"{major + 1}.0.0", f"{max(major - 1, 0)}.99.0", f"{major}.{minor + 1}.0"}
+        probes |= {
+            str(v),
+            f"{major}.{minor}.{micro + 1}",
+            f"{major + 1}.0.0",
+            f"{max(major - 1, 0)}.99.0",
+            f"{major}.{minor + 1}.0",
+        }
     return all(wide.contains(p, prereleases=True) for p in probes if narrow.contains(p, prereleases=True))
 
 
 def test_requirements_txt_and_pyproject_list_the_same_runtime_requirements():
     package = {name(r): r for r in pyproject_dependencies()}
     pinned = runtime_in_requirements_txt()
-    assert sorted(pinned) == sorted(package), "requirements.txt and pyproject.toml's dependencies list different packages"
+    assert sorted(pinned) == sorted(package), (
+        "requirements.txt and pyproject.toml's dependencies list different packages"
+    )
     for key, requirement in package.items():
         if key in NARROWER_IN_REQUIREMENTS:
-            assert subset(pinned[key].specifier, requirement.specifier), f"requirements.txt admits a {key} that pip install . refuses"
+            assert subset(pinned[key].specifier, requirement.specifier), (
+                f"requirements.txt admits a {key} that pip install . refuses"
+            )
         else:
-            assert pinned[key].specifier == requirement.specifier, f"{pinned[key]} in requirements.txt, {requirement} in pyproject.toml"
+            assert pinned[key].specifier == requirement.specifier, (
+                f"{pinned[key]} in requirements.txt, {requirement} in pyproject.toml"
+            )
 
 
 def test_the_subset_probe_catches_a_wider_range():
@@ -235,22 +252,31 @@ def test_the_bounds_admit_the_installed_versions():
             version = metadata.version(requirement.name)
         except metadata.PackageNotFoundError:
             continue
-        assert requirement.specifier.contains(version, prereleases=True), f"{requirement} refuses the installed {version}"
+        assert requirement.specifier.contains(version, prereleases=True), (
+            f"{requirement} refuses the installed {version}"
+        )
 
 
 def test_the_import_check_uses_the_bounds_of_pyproject():
     package = {name(r): r for r in pyproject_dependencies()}
     for key, (low, high) in hp_mlm.REQUIRED.items():
         spec = package[key].specifier
-        assert spec.contains(f"{low}.0.0") and not spec.contains(f"{low - 1}.99.0"), f"{key}: hp_mlm.REQUIRED says >={low}, pyproject {spec}"
-        assert not spec.contains(f"{high}.0.0") and spec.contains(f"{high - 1}.99.0"), f"{key}: hp_mlm.REQUIRED says <{high}, pyproject {spec}"
+        assert spec.contains(f"{low}.0.0") and not spec.contains(f"{low - 1}.99.0"), (
+            f"{key}: hp_mlm.REQUIRED says >={low}, pyproject {spec}"
+        )
+        assert not spec.contains(f"{high}.0.0") and spec.contains(f"{high - 1}.99.0"), (
+            f"{key}: hp_mlm.REQUIRED says <{high}, pyproject {spec}"
+        )
 
 
-@pytest.mark.parametrize("route, requirements", [
-    ("pyproject.toml dependencies (pip install ., and Colab's pip install git+...)", pyproject_dependencies),
-    ("requirements.txt", lambda: requirement_lines(ROOT / "requirements.txt")),
-    ("environment.yml", environment_requirements),
-])
+@pytest.mark.parametrize(
+    "route, requirements",
+    [
+        ("pyproject.toml dependencies (pip install ., and Colab's pip install git+...)", pyproject_dependencies),
+        ("requirements.txt", lambda: requirement_lines(ROOT / "requirements.txt")),
+        ("environment.yml", environment_requirements),
+    ],
+)
 def test_every_install_route_installs_ipywidgets(route, requirements):
     assert "ipywidgets" in {name(r) for r in requirements()}, f"{route} does not install ipywidgets"
 
