@@ -143,7 +143,7 @@ class TrainingPlan:
     Attributes:
         model: the model trained in place (moved to the device; save and evaluate this one).
         settings: the run's resolved settings (``learning_rate``, ``schedule``, ``precision`` concrete).
-        accelerator: the ``accelerate.Accelerator`` (precision, processes, accumulation).
+        accelerator: the ``accelerate.Accelerator`` (precision, processes).
         objective, optimizer, scheduler: prepared by the accelerator (the objective wraps ``model``).
         data, collate_fn, lengths: the rows for the loader, how a batch is built, tokens per row.
         total_steps: optimiser steps of the whole run (:func:`optimizer_steps`).
@@ -202,18 +202,15 @@ def check_resolved(settings: Settings) -> None:
 
 
 def new_accelerator(settings: Settings):
-    """A fresh ``accelerate.Accelerator`` for this run's precision and gradient accumulation."""
+    """A fresh ``accelerate.Accelerator`` for this run's precision. Gradient accumulation is the
+    loop's own (``training.training_step`` weighs a window by its masked tokens), not accelerate's."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState, GradientState
 
     # accelerate keeps one precision per process; each run sets its own (the process group stays).
     AcceleratorState._reset_state(reset_partial_state=False)
     GradientState._reset_state()
-    return Accelerator(
-        mixed_precision=MIXED_PRECISION[settings.precision],
-        cpu=cpu_process_group(),
-        gradient_accumulation_steps=settings.gradient_accumulation_steps,
-    )
+    return Accelerator(mixed_precision=MIXED_PRECISION[settings.precision], cpu=cpu_process_group())
 
 
 def plan_training(
@@ -285,6 +282,7 @@ def new_history(settings: Settings, accelerator) -> dict[str, Any]:
         "epochs": [],
         "learning_rate": settings.learning_rate,
         "optimizer_steps": 0,
+        "skipped_steps": 0,
         "precision": settings.precision,
         "device": str(accelerator.device),
         "processes": accelerator.num_processes,

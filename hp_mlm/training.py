@@ -9,6 +9,7 @@ loop only steps, logs, checkpoints and asks its callbacks whether to stop. It ru
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -17,9 +18,9 @@ import torch
 from tqdm.auto import tqdm
 
 from .callbacks import Callback
-from .common import error_summary
+from .common import error_summary, sum_across_processes
 from .config import Settings
-from .objective import has_masked_position
+from .objective import masked_counts
 from .plan import TrainingPlan
 
 
@@ -45,28 +46,47 @@ def memory_error(settings: Settings, error: torch.OutOfMemoryError) -> RuntimeEr
     )
 
 
-def training_step(plan: TrainingPlan, batch: dict[str, torch.Tensor], epoch: int) -> float:
-    """Forward, backward, clip, optimiser and schedule step, zero_grad on one batch; returns its loss
-    (nats). Under gradient accumulation accelerate steps the optimiser only every
-    ``gradient_accumulation_steps`` batches (``accelerator.sync_gradients``).
+def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], masked: int, epoch: int) -> float:
+    """One optimiser step on an accumulation window (``gradient_accumulation_steps`` batches, fewer at
+    an epoch's end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad.
+    Returns the window's loss in nats: its masked tokens' summed cross-entropy over ``masked``, the
+    window's masked tokens over every process, so the step is the large batch's (Case C38).
 
     Raises:
         TrainingDiverged: the loss is NaN/inf. RuntimeError: out of GPU memory (:func:`memory_error`).
     """
     accelerator, settings = plan.accelerator, plan.settings
-    with accelerator.accumulate(plan.objective):
+    processes, total = accelerator.num_processes, 0.0
+    for j, batch in enumerate(window):
+        # only the window's last backward synchronises the processes' gradients
+        sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
         try:
-            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"])
-            check_finite(loss, plan.history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
-            accelerator.backward(loss)
+            with sync:
+                loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
+                check_finite(loss, plan.history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
+                accelerator.backward(loss * processes)  # DDP averages the processes' gradients: undo it
         except torch.OutOfMemoryError as error:
             raise memory_error(settings, error) from error
-        if accelerator.sync_gradients and settings.max_grad_norm > 0:
-            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
-        plan.optimizer.step()
-        plan.scheduler.step()
-        plan.optimizer.zero_grad()
-    return loss.item()
+        total += loss.item()
+    if settings.max_grad_norm > 0:
+        accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
+    plan.optimizer.step()
+    plan.scheduler.step()
+    plan.optimizer.zero_grad()
+    return sum_across_processes([total])[0]
+
+
+def windows(batches, size: int, start: int):
+    """``(batches done after it, [batch, ...])`` for each accumulation window of ``size`` batches; the
+    last window of an epoch may be shorter, and still makes its step (Case C39)."""
+    window, done = [], start
+    for done, batch in enumerate(batches, start=start + 1):
+        window.append(batch)
+        if len(window) == size:
+            yield done, window
+            window = []
+    if window:
+        yield done, window
 
 
 def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
@@ -77,58 +97,68 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
             may stop training by returning True.
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
-        "seconds", ...}], "learning_rate", "optimizer_steps", "precision", "device", "processes",
-        "batches_without_masks"}`` (losses in nats, seconds of training clock, callbacks excluded;
-        ``train_loss`` None for an epoch without a masked token). With N processes (``accelerate
-        launch``), each takes every N-th batch: ``optimizer_steps`` per epoch is about batches / N.
+        "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision", "device",
+        "processes", "batches_without_masks"}`` (losses in nats, a step's the token-weighted loss of
+        its window; seconds of training clock, callbacks excluded; ``train_loss`` None for an epoch
+        without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
+        counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
+        batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
         RuntimeError: CUDA ran out of memory (names batch size, max_length and what to lower).
     """
-    settings, history, model = plan.settings, plan.history, plan.model
-    show = settings.progress and plan.accelerator.is_main_process
     stop = False
-    for epoch in range(plan.start_epoch, settings.epochs):
-        loader, done = plan.epoch_batches(epoch)
-        plan.objective.train()
-        clock, losses = time.perf_counter(), []
-        trained = sum(e["seconds"] for e in history["epochs"])
-        bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
-        for i, batch in enumerate(bar, start=done):
-            if not has_masked_position(batch["labels"]):
-                history["batches_without_masks"] += 1  # no step, no loss of 0.0 in the log
-                continue
-            losses.append(training_step(plan, batch, epoch))
-            if not plan.accelerator.sync_gradients:
-                continue
-            history["optimizer_steps"] += 1
-            step = history["optimizer_steps"]
-            lr = plan.scheduler.get_last_lr()[0]
-            record = {
-                "step": step,
-                "epoch": epoch + 1,
-                "loss": losses[-1],
-                "lr": lr,
-                "seconds": trained + time.perf_counter() - clock,
-            }
-            history["steps"].append(record)
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            if settings.checkpoint_every and step % settings.checkpoint_every == 0 and i + 1 < len(loader) + done:
-                plan.save(epoch, i + 1)
-            paused = time.perf_counter()
-            stop = any([c.on_step(model, record) for c in callbacks])
-            clock += time.perf_counter() - paused  # callbacks are not training time
-            if stop:
-                break
-        bar.close()
-        mean = sum(losses) / len(losses) if losses else None
-        epoch_record = {"epoch": epoch + 1, "train_loss": mean, "seconds": time.perf_counter() - clock}
-        stop = any([c.on_epoch_end(model, epoch_record) for c in callbacks]) or stop
-        history["epochs"].append(epoch_record)
-        plan.save(epoch + 1, 0)
+    for epoch in range(plan.start_epoch, plan.settings.epochs):
+        stop = train_epoch(plan, epoch, callbacks)
         if stop:
             break
     for c in callbacks:
-        c.on_train_end(model, history)
-    model.eval()
-    return history
+        c.on_train_end(plan.model, plan.history)
+    plan.model.eval()
+    return plan.history
+
+
+def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
+    """One epoch of windows, its record and its checkpoint; True when a callback stops training."""
+    settings, history, model = plan.settings, plan.history, plan.model
+    loader, done = plan.epoch_batches(epoch)
+    plan.objective.train()
+    clock, losses, stop = time.perf_counter(), [], False
+    trained = sum(e["seconds"] for e in history["epochs"])
+    show = settings.progress and plan.accelerator.is_main_process
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
+    for done_after, window in windows(bar, settings.gradient_accumulation_steps, done):
+        counts = masked_counts(window)
+        history["batches_without_masks"] += counts.count(0)  # no forward, no loss of 0.0 in the log
+        kept = [batch for batch, count in zip(window, counts) if count]
+        if not kept:
+            continue
+        losses.append(training_step(plan, kept, sum(counts), epoch))
+        if plan.optimizer.step_was_skipped:  # fp16 loss scaling found inf/NaN gradients: no update
+            history["skipped_steps"] = history.get("skipped_steps", 0) + 1
+            continue
+        history["optimizer_steps"] += 1
+        step, lr = history["optimizer_steps"], plan.scheduler.get_last_lr()[0]
+        record = {
+            "step": step,
+            "epoch": epoch + 1,
+            "loss": losses[-1],
+            "lr": lr,
+            "seconds": trained + time.perf_counter() - clock,
+        }
+        history["steps"].append(record)
+        bar.set_postfix(loss=f"{losses[-1]:.3f}")
+        if settings.checkpoint_every and step % settings.checkpoint_every == 0 and done_after < len(loader) + done:
+            plan.save(epoch, done_after)
+        paused = time.perf_counter()
+        stop = any([c.on_step(model, record) for c in callbacks])
+        clock += time.perf_counter() - paused  # callbacks are not training time
+        if stop:
+            break
+    bar.close()
+    mean = sum(losses) / len(losses) if losses else None
+    record = {"epoch": epoch + 1, "train_loss": mean, "seconds": time.perf_counter() - clock}
+    stop = any([c.on_epoch_end(model, record) for c in callbacks]) or stop
+    history["epochs"].append(record)
+    plan.save(epoch + 1, 0)
+    return stop

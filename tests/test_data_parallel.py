@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
 SCRIPT = r"""
@@ -188,3 +189,62 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
     b = load_file(killed / "model" / "model.safetensors")
     assert a.keys() == b.keys()
     assert max((a[k] - b[k]).abs().max().item() for k in a) <= 1e-6
+
+
+TWO_ROWS = """
+import sys, torch
+import hp_mlm.plan as p
+import hp_mlm.training as t
+from hp_mlm.common import process_state
+from hp_mlm.config import get_settings
+from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+from safetensors.torch import save_file
+out, batch_size = sys.argv[1], int(sys.argv[2])
+p.build_optimizer = lambda model, lr, weight_decay=0.0: torch.optim.SGD(model.parameters(), lr=lr)
+settings = get_settings("smoke", environ={}, batch_size=batch_size, epochs=1, mask_once=True, schedule="constant",
+                        warmup_fraction=0.0, max_grad_norm=0.0, group_by_length=False, precision="fp32",
+                        learning_rate=1.0, mlm_probability=0.4, checkpoint_every=0, progress=False)
+tok = build_smoke_tokenizer()
+model = build_smoke_model(tok, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+enc = tok(["Hob rowed.", "Mira Ashdown crossed the Silver Lake at dawn and rowed the ferry to the Lantern Tower."],
+          return_special_tokens_mask=True, return_token_type_ids=False)
+rows = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "special_tokens_mask")} for i in range(2)]
+start = {k: v.clone() for k, v in model.state_dict().items()}
+history = t.train(p.plan_training(model, tok, rows, settings))
+if process_state().is_main_process:
+    save_file({k: (v - start[k]).contiguous() for k, v in model.state_dict().items()}, out)
+    print("LOSS", history["steps"][0]["loss"], history["optimizer_steps"], flush=True)
+"""
+
+
+def test_two_processes_of_one_row_make_the_update_of_one_batch_of_two(tmp_path):
+    """Case C38 (c): the masked tokens are counted over both processes before dividing, and DDP's
+    averaging is undone, so the update is one process's batch of 2, to float rounding."""
+    script = tmp_path / "two_rows.py"
+    script.write_text(TWO_ROWS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    runs = {
+        "one": [sys.executable, str(script), str(tmp_path / "one.safetensors"), "2"],
+        "two": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc_per_node=2",
+            str(script),
+            str(tmp_path / "two.safetensors"),
+            "1",
+        ],
+    }
+    logged = {}
+    for name, cmd in runs.items():
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = next(x for x in done.stdout.splitlines() if x.startswith("LOSS"))
+        logged[name] = (float(line.split()[1]), int(line.split()[2]))
+    one, two = load_file(tmp_path / "one.safetensors"), load_file(tmp_path / "two.safetensors")
+    a = torch.cat([one[k].flatten() for k in sorted(one)])
+    b = torch.cat([two[k].flatten() for k in sorted(two)])
+    assert (a - b).norm() / a.norm() < 1e-5
+    assert logged["one"][1] == logged["two"][1] == 1
+    assert logged["one"][0] == pytest.approx(logged["two"][0], rel=1e-6)  # the window's loss, not one process's

@@ -269,3 +269,101 @@ def test_masks_are_the_same_with_dataloader_workers_and_after_a_skip(smoke_token
     # a loader started at its third batch (a resumed run) draws what the full one drew there
     later = DataLoader(loader.dataset, batch_sampler=loader.batch_sampler[2:], collate_fn=collator)
     assert all(torch.equal(a, b["labels"]) for a, b in zip(one[2:], later, strict=True))
+
+
+def no_dropout_model(tokenizer):
+    from hp_mlm.models import build_smoke_model
+
+    return build_smoke_model(tokenizer, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def sgd(model, learning_rate, weight_decay=0.0):
+    return torch.optim.SGD(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
+
+
+def test_accumulation_weighs_every_masked_token_the_same_as_one_large_batch(monkeypatch, smoke_tokenizer):
+    """Case C38: batch 2 and batch 1 x accumulation 2 on the same two rows make the same update (SGD at
+    rate 1, so the change is minus the gradient) and log the same, token-weighted, loss."""
+    import hp_mlm.plan as plan
+
+    monkeypatch.setattr(plan, "build_optimizer", sgd)
+    rows = tokenised(smoke_tokenizer, ["Hob rowed.", " ".join(SENTENCES[:4])])
+    assert len(rows[1]["input_ids"]) > 3 * len(rows[0]["input_ids"])
+    base = dict(
+        mask_once=True,
+        schedule="constant",
+        warmup_fraction=0.0,
+        max_grad_norm=0.0,
+        group_by_length=False,
+        precision="fp32",
+        learning_rate=1.0,
+        mlm_probability=0.4,
+    )
+    start = no_dropout_model(smoke_tokenizer).state_dict()
+    changes, losses = [], []
+    for batch_size, accumulation in ((2, 1), (1, 2)):
+        model = no_dropout_model(smoke_tokenizer)
+        model.load_state_dict(start)
+        settings = smoke_settings(batch_size=batch_size, gradient_accumulation_steps=accumulation, **base)
+        history = fit(model, smoke_tokenizer, rows, settings)
+        assert history["optimizer_steps"] == 1
+        changes.append(torch.cat([(p - start[k]).flatten() for k, p in model.state_dict().items()]))
+        losses.append(history["steps"][0]["loss"])
+    gap = (changes[0] - changes[1]).norm() / changes[0].norm()
+    assert gap < 1e-5, f"the accumulated update differs from the large batch's by {gap:.2e} (relative)"
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_epoch(monkeypatch, smoke_tokenizer):
+    """Case C39: rows 0-2 masked, row 3 ("Hi.") not; batch 1, accumulation 2, 2 epochs: windows 0+1 and 2
+    in each epoch, so 4 steps, as many as the schedule has, ending at rate 0."""
+    import hp_mlm.plan as plan
+    from hp_mlm.common import derive_seed
+    from hp_mlm.masking import freeze_masks
+
+    rows = tokenised(smoke_tokenizer, SENTENCES[:3] + ["Hi."])
+
+    def masked(seed):
+        frozen = freeze_masks(rows, smoke_tokenizer, 0.15, derive_seed(seed, "static-masks"))
+        return [any(label != -100 for label in row["labels"]) for row in frozen]
+
+    seed = next(s for s in range(200) if masked(s) == [True, True, True, False])
+    monkeypatch.setattr(plan, "plan_batches", lambda *args, **kwargs: [[0], [1], [2], [3]])
+    settings = smoke_settings(
+        batch_size=1,
+        gradient_accumulation_steps=2,
+        epochs=2,
+        mask_once=True,
+        seed=seed,
+        schedule="linear",
+        warmup_fraction=0.0,
+    )
+    history = fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings)
+    assert history["optimizer_steps"] == 4 == plan.optimizer_steps(len(rows), settings)
+    assert [s["epoch"] for s in history["steps"]] == [1, 1, 2, 2]
+    assert history["steps"][-1]["lr"] == 0.0
+    assert history["batches_without_masks"] == 2
+
+
+def test_a_step_skipped_by_loss_scaling_is_counted_apart_and_the_schedule_waits(monkeypatch, smoke_tokenizer):
+    """Case C41, simulated on a CPU: the first window's update is skipped (as fp16's GradScaler does on
+    inf gradients); it is not an optimiser step, and the schedule does not move for it."""
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    real_step, calls = AcceleratedOptimizer.step, []
+
+    def step(self, *args, **kwargs):
+        calls.append(1)
+        self.skipped_for_test = len(calls) == 1
+        return None if self.skipped_for_test else real_step(self, *args, **kwargs)
+
+    monkeypatch.setattr(AcceleratedOptimizer, "step", step)
+    monkeypatch.setattr(AcceleratedOptimizer, "step_was_skipped", property(lambda self: self.skipped_for_test))
+    rows = tokenised(smoke_tokenizer, SENTENCES)  # 8 rows, batches of 4: 2 windows per epoch
+    history = fit(
+        no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, smoke_settings(epochs=2, warmup_fraction=0.0)
+    )
+    assert len(calls) == 4 and history["skipped_steps"] == 1
+    assert history["optimizer_steps"] == len(history["steps"]) == 3
+    planned = [1e-3 * (1 - k / 4) for k in range(1, 4)]  # linear decay over 4 steps, one of them not taken
+    assert [s["lr"] for s in history["steps"]] == pytest.approx(planned)
