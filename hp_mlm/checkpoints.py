@@ -60,6 +60,11 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
     written under a temporary name and renamed when complete. Older checkpoints are then removed.
     Every process calls it (each saves its own random state, ``random_states_<i>.pkl``); the main
     process writes everything else.
+
+    Raises:
+        OSError: the checkpoint could not be written (a full disk): the temporary folder is removed,
+            the previous checkpoint and ``latest.json`` are left as they were, and the message names
+            the folder and about how much space a checkpoint takes.
     """
     root = Path(directory) / CHECKPOINTS
     final = root / f"step-{state['global_step']:07d}"
@@ -73,12 +78,15 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
     quiet.setLevel(logging.ERROR)
     try:
         accelerator.save_state(str(tmp), safe_serialization=True)
+        accelerator.wait_for_everyone()
+        if not accelerator.is_main_process:
+            return final
+        (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")
+    except OSError as error:  # a full disk (Case C50): the half-written folder goes, the last checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise checkpoint_write_error(root, accelerator, error) from error
     finally:
         quiet.setLevel(level)
-    accelerator.wait_for_everyone()
-    if not accelerator.is_main_process:
-        return final
-    (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     atomic_write_text(root / LATEST, json.dumps({"checkpoint": final.name, "global_step": state["global_step"]}))
@@ -86,6 +94,17 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def checkpoint_write_error(root: Path, accelerator, error: OSError) -> OSError:
+    """The error for a checkpoint that could not be written, with the space one needs: the weights
+    and AdamW's two moments, about 3 x the parameters' bytes."""
+    weights = sum(p.numel() * p.element_size() for m in accelerator._models for p in m.parameters())
+    return OSError(
+        f"could not write a checkpoint in {str(root)!r} ({error_summary(error)}); one needs about "
+        f"{3 * weights / 1e6:,.0f} MB: free that much space, or set checkpoint_every to 0 (checkpoints at epoch "
+        "ends only); the previous checkpoint is intact, so `resume` continues from it"
+    )
 
 
 def latest_checkpoint(directory: str | Path) -> Path | None:

@@ -171,9 +171,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``error: ...`` without a traceback; 1 for an error from a library or a bug, also one line,
     with ``HP_MLM_DEBUG=1`` to see its traceback; 130 when interrupted."""
     import os
+    import warnings
 
     args = build_parser().parse_args(argv)
     handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate, "compare": _cmd_compare}
+    # a warning is one line too, its settings named as flags (e.g. bf16 forced on a CPU without it)
+    shown = warnings.formatwarning
+    warnings.formatwarning = lambda message, *_, **__: f"warning: {as_flags(str(message))}\n"
     try:
         return handlers[args.command](args)
     except KeyboardInterrupt:
@@ -188,6 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         print(f"error: {type(error).__name__}: {message} (set HP_MLM_DEBUG=1 to see where)", file=sys.stderr)
         return 1
+    finally:
+        warnings.formatwarning = shown
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -8,7 +8,9 @@ tokens; ``original_tutorial_accuracy`` reproduces the original tutorial's measur
 from __future__ import annotations
 
 import math
+import sys
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -97,6 +99,15 @@ def batch_sums(
     return sums
 
 
+def perplexity(cross_entropy: float) -> float:
+    """``exp(cross_entropy)`` (nats in, a ratio out); ``inf``, with a warning, where it overflows a float
+    (a cross-entropy above about 709 nats: a broken model, not a number to print; Case C27c)."""
+    if cross_entropy > math.log(sys.float_info.max):
+        warnings.warn(f"cross-entropy {cross_entropy:.1f} nats: perplexity overflows, reported as inf", stacklevel=2)
+        return math.inf
+    return math.exp(cross_entropy)
+
+
 def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, Any]:
     """:func:`evaluate`'s result from its summed ``totals`` (see :func:`batch_sums`)."""
     n, hits1, hitsk, loss_sum = int(totals[0]), int(totals[1]), int(totals[2]), totals[3]
@@ -122,7 +133,7 @@ def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, An
         "top1": hits1 / n,
         "top5": hitsk / n,
         "cross_entropy": cross_entropy,
-        "perplexity": math.exp(min(cross_entropy, 700.0)),
+        "perplexity": perplexity(cross_entropy),
         "n_positions": n,
         "n_rows": n_rows,
         "kinds": kinds,

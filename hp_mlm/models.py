@@ -184,6 +184,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
         HubUnavailableError: a Hub id while the Hub cannot be reached (or offline mode is set) and
             the model is not (or only partly) in the local cache; names the id and says what to do.
         OSError / ValueError: from transformers, for a folder that holds no usable model.
+        ValueError: the tokenizer has more tokens than the model has embedding rows.
     """
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
@@ -206,7 +207,18 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)
     if label == OFFLINE_MODEL:
         missing, head_new = load_stock_head(model, missing), False
+    check_vocabulary(tok, model, name)
     return LoadedModel(model.eval(), tok, head_new, missing, label)
+
+
+def check_vocabulary(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, name: str) -> None:
+    """Raise ValueError if the tokenizer has more ids than the model has embeddings (Case C48)."""
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"{name!r}: the tokenizer has {len(tokenizer):,} tokens but the model only {rows:,} embedding rows; "
+            "call model.resize_token_embeddings(len(tokenizer)) and save both again"
+        )
 
 
 def load_stock_head(model: PreTrainedModel, missing: tuple[str, ...] = ()) -> tuple[str, ...]:

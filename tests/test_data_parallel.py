@@ -214,6 +214,7 @@ history = t.train(p.plan_training(model, tok, rows, settings))
 if process_state().is_main_process:
     save_file({k: (v - start[k]).contiguous() for k, v in model.state_dict().items()}, out)
     print("LOSS", history["steps"][0]["loss"], history["optimizer_steps"], flush=True)
+process_state().wait_for_everyone()  # no process leaves while another still talks to it
 """
 
 

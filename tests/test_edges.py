@@ -12,7 +12,7 @@ from helpers import SENTENCES, fit, run_cli, tokenised
 
 import hp_mlm
 from hp_mlm import cli
-from hp_mlm.checkpoints import save_model
+from hp_mlm.checkpoints import latest_checkpoint, save_model
 from hp_mlm.config import get_settings
 from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
@@ -446,3 +446,66 @@ def test_a_bad_probes_file_is_found_before_any_loading(tmp_path, capsys, monkeyp
 )
 def test_range_errors_name_the_flag_and_the_variable(tmp_path, capsys, args, flag):
     assert flag in one_line(capsys, ["train", "--profile", "smoke", "--output-dir", str(tmp_path), *args])
+
+
+def test_a_tokenizer_larger_than_the_model_is_refused_at_load_naming_both_sizes(tmp_path):
+    """Case C48 (b): names added to the tokenizer, the model saved without resizing."""
+    from hp_mlm.models import load_model
+
+    tok = build_smoke_tokenizer()
+    model = build_smoke_model(tok)
+    rows = model.get_input_embeddings().num_embeddings
+    tok.add_tokens(["hermione", "dumbledore", "hogwarts"])
+    save_model(model, tok, tmp_path / "grown")
+    with pytest.raises(
+        ValueError, match=rf"tokenizer has {rows + 3:,} tokens but the model only {rows:,}.*resize_token_embeddings"
+    ):
+        load_model(str(tmp_path / "grown"))
+    model.resize_token_embeddings(len(tok))  # resized: accepted, and the decoder stays tied
+    save_model(model, tok, tmp_path / "resized")
+    loaded = load_model(str(tmp_path / "resized")).model
+    assert loaded.get_input_embeddings().num_embeddings == rows + 3
+    assert loaded.cls.predictions.decoder.weight.data_ptr() == loaded.get_input_embeddings().weight.data_ptr()
+
+
+def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_says_how_much_space(
+    tmp_path, monkeypatch, capsys
+):
+    """Case C50 (c): the second checkpoint fails half-written with ENOSPC."""
+    import errno
+
+    from accelerate import Accelerator
+
+    real, calls = Accelerator.save_state, []
+
+    def save_state(self, output_dir, **kwargs):
+        calls.append(output_dir)
+        if len(calls) < 2:
+            return real(self, output_dir, **kwargs)
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        (Path(output_dir) / "model.safetensors").write_bytes(b"half a file")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Accelerator, "save_state", save_state)
+    out = tmp_path / "full"
+    status = cli.main(
+        [
+            "train",
+            "--profile",
+            "smoke",
+            "--epochs",
+            "2",
+            "--checkpoint-every",
+            "3",
+            "--no-progress",
+            "--output-dir",
+            str(out),
+        ]
+    )
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and len(err) == 1, err
+    assert "could not write a checkpoint" in err[0] and " MB" in err[0] and "--checkpoint-every" in err[0]
+    assert "No space left on device" in err[0] and "--resume" in err[0]
+    assert not list((out / "checkpoints").glob(".tmp-*"))
+    assert latest_checkpoint(out).name == "step-0000003"
+    assert (latest_checkpoint(out) / "state.json").is_file()

@@ -1,3 +1,4 @@
+import pytest
 import torch
 from helpers import SENTENCES, tokenised
 
@@ -90,3 +91,14 @@ def test_batched_original_accuracy_scores_the_same_positions_as_one_row_at_a_tim
     )
     assert one["accuracy"] == batched["accuracy"] and one["n_rows"] == batched["n_rows"] == len(texts)
     assert original_tutorial_accuracy(smoke_model, smoke_tokenizer, [])["accuracy"] is None  # nothing scored
+
+
+def test_a_perplexity_that_overflows_is_inf_with_a_warning_not_1e304():
+    """Case C27c."""
+    import math
+
+    from hp_mlm.evaluation import perplexity
+
+    assert perplexity(2.0) == pytest.approx(math.exp(2.0))
+    with pytest.warns(UserWarning, match="perplexity overflows"):
+        assert perplexity(1000.0) == math.inf

@@ -87,3 +87,25 @@ def test_bf16_and_fp32_training_give_close_losses_and_the_history_names_the_prec
     # bf16 keeps 8 bits of mantissa: per-step losses agree to a few per cent, not bit for bit
     assert max(abs(a - b) / a for a, b in zip(losses["fp32"], losses["bf16"])) < 0.05
     assert losses["fp32"] != losses["bf16"]  # bf16 really ran
+
+
+def test_bf16_forced_on_a_cpu_without_it_runs_with_one_warning_line(tmp_path):
+    """Case C42 (c): never silence; at the command line one line, naming the flag."""
+    import subprocess
+    import sys
+
+    from hp_mlm.common import EMULATED_BF16
+
+    with pytest.warns(UserWarning, match="no native bf16"):
+        assert resolve_precision("bf16", "cpu", cpu_bf16=False) == "bf16"
+    code = (
+        "import sys, hp_mlm.common as c\n"
+        "c.cpu_has_native_bf16 = lambda cpuinfo=None: False\n"
+        "from hp_mlm.cli import main\n"
+        f"sys.exit(main(['train', '--profile', 'smoke', '--precision', 'bf16', '--epochs', '1', '--no-progress',"
+        f" '--output-dir', {str(tmp_path / 'out')!r}]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if "no native bf16" in line]
+    assert lines == ["warning: " + EMULATED_BF16.replace("`precision`", "--precision")]
