@@ -277,6 +277,11 @@ class Monitor:
                 self.settings.eval_batch_size,
                 precision=self.settings.precision,
             )
+        self.record(step, t, r)
+        return r
+
+    def record(self, step: int, t: float, r: dict[str, Any]) -> None:
+        """A point of the validation curve at ``t`` training seconds; notes when the target is reached."""
         self.curve.append(
             {
                 "step": step,
@@ -289,7 +294,6 @@ class Monitor:
         )
         if self.target is not None and self.reached is None and r["cross_entropy"] <= self.target:
             self.reached = t
-        return r
 
     def on_step(self, model, step: dict[str, Any]) -> bool:
         t, n = self.clock.elapsed(), step["step"]
@@ -354,18 +358,7 @@ def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
         f"{recipe}: trained {n_steps} steps in {train_seconds:.1f} s of training time ({wall_train:.1f} s with validation)"
     )
     final = evaluate(model, prep.frozen_validation, tok, settings.eval_batch_size, precision=settings.precision)
-    monitor.curve.append(
-        {
-            "step": n_steps,
-            "train_seconds": train_seconds,
-            "cross_entropy": final["cross_entropy"],
-            "top1": final["top1"],
-            "top5": final["top5"],
-            "eval_seconds": final["seconds"],
-        }
-    )
-    if monitor.target is not None and monitor.reached is None and final["cross_entropy"] <= monitor.target:
-        monitor.reached = train_seconds
+    monitor.record(n_steps, train_seconds, final)
     probe_scores = score_probes(model, tok, probes, top_k=5)
     log(
         f"{recipe}: final held-out top-1 {final['top1']:.1%}, top-5 {final['top5']:.1%}, CE {final['cross_entropy']:.3f}, "

@@ -73,16 +73,22 @@ HEADER = (
 )
 
 
+#: The quick profile on the Oz stand-in, with MiniLM and a new head, and the Oz probes.
+QUICK_ON_OZ = (
+    "--profile",
+    "quick",
+    "--model",
+    "hp_mlm:minilm-l6-random-head",
+    "--dataset",
+    str(OZ / "oz_mlm.parquet"),
+    "--probes",
+    str(OZ / "probes.jsonl"),
+)
+
+
 def recipes(args) -> tuple[dict, str]:
     common = [
-        "--profile",
-        "quick",
-        "--model",
-        "hp_mlm:minilm-l6-random-head",
-        "--dataset",
-        str(OZ / "oz_mlm.parquet"),
-        "--probes",
-        str(OZ / "probes.jsonl"),
+        *QUICK_ON_OZ,
         "--split",
         f"train[:{args.rows}]",
         "--validation-fraction",
@@ -133,16 +139,7 @@ def recipes(args) -> tuple[dict, str]:
 
 
 def quick(_args) -> tuple[dict, str]:
-    cmd = [
-        "--profile",
-        "quick",
-        "--model",
-        "hp_mlm:minilm-l6-random-head",
-        "--dataset",
-        str(OZ / "oz_mlm.parquet"),
-        "--probes",
-        str(OZ / "probes.jsonl"),
-    ]
+    cmd = list(QUICK_ON_OZ)
     with tempfile.TemporaryDirectory() as tmp:
         r = run(cmd, Path(tmp) / "quick")
     text = (
