@@ -142,6 +142,11 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     )
     if prep.loaded.head_newly_initialised:
         log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
+    if cut := prep.truncated["rows_cut"]:  # Case C44: never text dropped without a count
+        log(
+            f"note: {cut} row(s) longer than max_length {prep.settings.max_length} lost "
+            f"{prep.truncated['tokens_dropped']} tokens to truncation; split_long_rows keeps them as extra rows"
+        )
 
 
 def held_out(prep: Prepared, model) -> dict[str, Any]:
@@ -224,7 +229,12 @@ def collect_metrics(
         },
         "entities": prep.entities[:50],
         "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
-        "data": {**prep.report.__dict__, "n_train": len(prep.train_rows), "n_validation": len(prep.validation_rows)},
+        "data": {
+            **prep.report.__dict__,
+            "n_train": len(prep.train_rows),
+            "n_validation": len(prep.validation_rows),
+            **prep.truncated,
+        },
         "learning_rate": prep.settings.learning_rate,
         "head_newly_initialised": prep.loaded.head_newly_initialised,
         "run": {"device": history["device"], "processes": history["processes"], "precision": history["precision"]},

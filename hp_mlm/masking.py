@@ -23,7 +23,7 @@ from transformers import PreTrainedTokenizerBase
 from .common import generator as seeded_generator
 from .profiles import MASKING_STRATEGIES as STRATEGIES
 from .tokens import pad_batch
-from .words import replacement_ids, word_start_index
+from .words import replacement_ids, require_word_pieces, word_start_index
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
@@ -88,7 +88,8 @@ def mask_tokens(
         original id at chosen positions and -100 everywhere else.
     Raises:
         ValueError: ``mlm_probability`` outside (0, 1], an unknown strategy, a tokenizer with
-            no mask token, or (``"bert"``) no ordinary token to draw replacements from.
+            no mask token, (``"bert"``) no ordinary token to draw replacements from, or (whole
+            words) a vocabulary without word pieces.
     """
     if not 0.0 < mlm_probability <= 1.0:
         raise ValueError(f"mlm_probability must be in (0, 1], got {mlm_probability}")
@@ -101,6 +102,7 @@ def mask_tokens(
         probability = entity_probabilities(entity_mask.bool() & selectable, selectable, mlm_probability)
     draw = torch.bernoulli(probability, generator=generator).bool()
     if strategy in ("whole_word", "entity"):
+        require_word_pieces(tokenizer, strategy)
         # One draw per word, read at the word's first piece, so all its pieces go together.
         draw = draw.gather(1, word_start_index(input_ids, tokenizer))
     chosen = draw & selectable

@@ -22,7 +22,7 @@ from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .profiles import PACKAGE_PROBES
-from .tokens import check_max_length, tokenize_rows
+from .tokens import check_max_length, tokenize_rows, truncation
 
 
 @dataclass
@@ -41,6 +41,8 @@ class Prepared:
         entities: entity words found in the training rows (``entities.find_entities``); their
             pieces are marked in the tokenised rows' ``entity_mask``.
         seconds: wall time of each phase: ``{"load", "tokenise"}``.
+        truncated: ``{"rows_cut", "tokens_dropped"}``: what truncation at ``max_length`` dropped
+            from the training and held-out rows (zeros with ``split_long_rows``).
     """
 
     settings: Settings
@@ -53,6 +55,7 @@ class Prepared:
     frozen_validation: list[dict[str, list[int]]]
     entities: list[str]
     seconds: dict[str, float] = field(default_factory=dict)
+    truncated: dict[str, int] = field(default_factory=lambda: {"rows_cut": 0, "tokens_dropped": 0})
 
 
 def prepare(settings: Settings, model: str | None = None, inputs_checked: bool = False) -> Prepared:
@@ -130,6 +133,9 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         frozen,
         entities,
         seconds,
+        {"rows_cut": 0, "tokens_dropped": 0}
+        if settings.split_long_rows
+        else truncation(rows[settings.text_column], tok, settings.max_length),
     )
 
 

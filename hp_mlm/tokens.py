@@ -42,8 +42,9 @@ def tokenize_rows(
 ) -> Dataset:
     """Tokenise every row with ``datasets.map(batched=True)`` (cached by ``datasets`` when file-backed).
 
-    Rows are truncated at ``max_length`` tokens, ``[CLS]``/``[SEP]`` included; with
-    ``split_long_rows`` a long row becomes several rows instead, so no text is lost. No padding
+    Rows are truncated at ``max_length`` tokens, ``[CLS]``/``[SEP]`` included (:func:`truncation`
+    counts what that drops); with ``split_long_rows`` a long row becomes several rows instead, each
+    cut at a word start, so no text is lost and no row starts inside a word (Case C44). No padding
     here: batches are padded later, each to its own longest row.
 
     With ``entities`` (lower-cased words, e.g. from ``entities.find_entities``) each row also gets
@@ -57,26 +58,61 @@ def tokenize_rows(
     wanted = frozenset(entities) if entities is not None else None
 
     def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
+        if split_long_rows:
+            return _split_at_words(batch[text_column], tokenizer, max_length, wanted)
         enc = tokenizer(
             batch[text_column],
             truncation=True,
             max_length=max_length,
             return_special_tokens_mask=True,
             return_token_type_ids=False,
-            return_overflowing_tokens=split_long_rows,
             return_offsets_mapping=wanted is not None,
         )
         out = {k: enc[k] for k in MODEL_COLUMNS}
         out["length"] = [len(ids) for ids in enc["input_ids"]]
         if wanted is not None:
-            sources = enc["overflow_to_sample_mapping"] if split_long_rows else range(len(enc["input_ids"]))
             out["entity_mask"] = [
-                _entity_mask(batch[text_column][src], enc.word_ids(i), enc["offset_mapping"][i], wanted)
-                for i, src in enumerate(sources)
+                _entity_mask(text, enc.word_ids(i), enc["offset_mapping"][i], wanted)
+                for i, text in enumerate(batch[text_column])
             ]
         return out
 
     return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
+
+
+def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozenset | None) -> dict[str, list]:
+    """Each text as rows of at most ``max_length`` tokens (special tokens included), every cut at
+    the start of a word (as the fast tokenizer's ``word_ids`` say); a single word longer than a row
+    is cut where it must be."""
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None)
+    room = max_length - 2  # [CLS] and [SEP], as the tokenizer names them
+    out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
+    for i, text in enumerate(texts):
+        ids, words = enc["input_ids"][i], enc.word_ids(i)
+        entity = _entity_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
+        start = 0
+        while start < len(ids) or start == 0:
+            end = min(start + room, len(ids))
+            while end < len(ids) and end - 1 > start and words[end] is not None and words[end] == words[end - 1]:
+                end -= 1  # back off to the start of the word that the cut would split
+            if end < len(ids) and words[end] is not None and words[end] == words[end - 1]:
+                end = min(start + room, len(ids))  # one word longer than a row: cut inside it
+            row = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
+            out["input_ids"].append(row)
+            out["attention_mask"].append([1] * len(row))
+            out["special_tokens_mask"].append([1] + [0] * (end - start) + [1])
+            out["length"].append(len(row))
+            if entity is not None:
+                out["entity_mask"].append([0, *entity[start:end], 0])
+            start = end if end > start else len(ids) + 1
+    return out
+
+
+def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict[str, int]:
+    """What truncating ``texts`` at ``max_length`` tokens drops: ``{"rows_cut", "tokens_dropped"}``."""
+    lengths = [len(ids) for ids in tokenizer(list(texts), return_token_type_ids=False)["input_ids"]]
+    over = [n - max_length for n in lengths if n > max_length]
+    return {"rows_cut": len(over), "tokens_dropped": sum(over)}
 
 
 def _entity_mask(

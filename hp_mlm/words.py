@@ -33,8 +33,8 @@ def _per_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str, build: _Build)
 def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """BoolTensor[vocab]: True for ids that continue a word (WordPiece ``##`` pieces).
 
-    For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start,
-    so whole-word masking falls back to token masking. Computed once per tokenizer.
+    For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start:
+    :func:`require_word_pieces` refuses whole-word masking there. Computed once per tokenizer.
     """
     return _per_tokenizer(tokenizer, "continuation", lambda tokens: torch.tensor([t.startswith("##") for t in tokens]))
 
@@ -80,3 +80,14 @@ def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerB
     cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
     next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
     return cont | next_cont
+
+
+def require_word_pieces(tokenizer: PreTrainedTokenizerBase, strategy: str) -> None:
+    """Raise ValueError when ``strategy`` masks whole words and the vocabulary marks no word pieces
+    (no ``##`` entries: not a WordPiece vocabulary such as BERT's), where it would silently become
+    token masking (Case C45)."""
+    if not bool(continuation_table(tokenizer).any()):
+        raise ValueError(
+            f"`masking` {strategy!r} finds words by WordPiece's '##' pieces, and this tokenizer "
+            f"({type(tokenizer).__name__}, {len(tokenizer):,} tokens) has none: use `masking` 'mask' or 'bert'"
+        )

@@ -232,3 +232,14 @@ def test_non_ascii_text_is_tokenised_and_masked_without_error(smoke_tokenizer):
     batch = MaskingCollator(smoke_tokenizer, 0.5, seed=0)(rows)
     assert batch["input_ids"].shape == batch["labels"].shape and (batch["labels"] != IGNORE_INDEX).any()
     assert (batch["input_ids"] < len(smoke_tokenizer)).all()
+
+
+@pytest.mark.parametrize("strategy", ["whole_word", "entity"])
+def test_whole_words_without_word_pieces_are_refused_not_token_masking(tiny_vocab_tokenizer, strategy):
+    """Case C45: a vocabulary with no '##' pieces cannot say where words end."""
+    tok = tiny_vocab_tokenizer
+    ids = torch.tensor([tok("harry looked at the owl.")["input_ids"]])
+    selectable = selectable_positions(ids, tok)
+    with pytest.raises(ValueError, match=r"`masking` '\w+' finds words by WordPiece's '##' pieces.*BertTokenizer"):
+        mask_tokens(ids, selectable, tok, 0.5, torch.Generator().manual_seed(0), strategy)
+    mask_tokens(ids, selectable, tok, 0.5, torch.Generator().manual_seed(0), "mask")  # token masking still works

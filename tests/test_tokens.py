@@ -61,3 +61,49 @@ def test_tokenised_rows_carry_the_special_tokens_mask(smoke_tokenizer):
     row = tokens[0]
     specials = [i for i, s in enumerate(row["special_tokens_mask"]) if s]
     assert specials == [0, len(row["input_ids"]) - 1]
+
+
+def test_long_rows_are_split_at_word_starts_and_keep_every_token(smoke_tokenizer):
+    """Case C44 (a): no row starts with a '##' piece; the 11 real tokens all appear once."""
+    from datasets import Dataset
+
+    from hp_mlm.tokens import tokenize_rows
+
+    text = "the wand was old and it broke at last"
+    rows = tokenize_rows(Dataset.from_dict({"text": [text]}), smoke_tokenizer, max_length=9, split_long_rows=True)
+    pieces = [smoke_tokenizer.convert_ids_to_tokens(r) for r in rows["input_ids"]]
+    assert all(len(p) <= 9 and p[0] == smoke_tokenizer.cls_token and p[-1] == smoke_tokenizer.sep_token for p in pieces)
+    assert not any(p[1].startswith("##") for p in pieces)
+    content = [t for p in pieces for t in p[1:-1]]
+    assert content == smoke_tokenizer.tokenize(text)
+    assert rows["special_tokens_mask"][0] == [1] + [0] * (len(pieces[0]) - 2) + [1]
+
+
+def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
+    """Case C44 (c): ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.job import run_job
+    from hp_mlm.models import build_smoke_tokenizer
+    from hp_mlm.tokens import truncation
+
+    tok = build_smoke_tokenizer()
+    long_row = "the " * 600
+    assert len(tok(long_row)["input_ids"]) == 602
+    assert truncation(["a short row.", long_row], tok, 128) == {"rows_cut": 1, "tokens_dropped": 474}
+    data = tmp_path / "rows.txt"
+    data.write_text("\n".join([f"Mira rowed the ferry across the lake, day {i}." for i in range(10)] + [long_row]))
+    settings = get_settings(
+        "smoke",
+        environ={},
+        dataset=str(data),
+        max_length=128,
+        epochs=1,
+        progress=False,
+        validation_fraction=0.3,
+        output_dir=str(tmp_path / "out"),
+    )
+    logged = []
+    metrics = run_job(settings, log=logged.append)
+    assert metrics["data"]["rows_cut"] == 1 and metrics["data"]["tokens_dropped"] == 474
+    note = next(line for line in logged if line.startswith("note:") and " lost " in line)
+    assert "1 row(s) longer than max_length 128 lost 474 tokens" in note and "split_long_rows" in note
