@@ -20,8 +20,9 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .common import process_state
-    from .job import format_report, run_job
+    from .job import run_job
     from .prepare import default_probes
+    from .report import format_report
 
     settings = _settings(args)
     metrics = run_job(

@@ -175,7 +175,7 @@ def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
     ]
     rules += [(name, ">= 1", getattr(s, name) >= 1) for name in AT_LEAST_ONE]
     rules.append(("max_length", ">= 8 tokens", s.max_length >= 8))
-    rules.append(("learning_rate", "> 0 (or None for auto)", s.learning_rate is None or s.learning_rate > 0))
+    rules.append(("learning_rate", "> 0 (or unset, for auto)", s.learning_rate is None or s.learning_rate > 0))
     rules += [(name, ">= 0", getattr(s, name) >= 0) for name in NOT_NEGATIVE]
     rules += [(name, f"one of {allowed}", getattr(s, name) in allowed) for name, allowed in choices.items()]
     return rules + [("text_column", "a column's name", bool(s.text_column))]

@@ -169,8 +169,8 @@ def _evaluate_flags(sub) -> None:
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
 
 
-#: The main job's options that are not settings (``job.run_job``'s arguments), named in its messages.
-JOB_OPTIONS = ("overwrite", "resume", "probes", "push_to_hub")
+#: Options that are not settings (``job.run_job``'s and ``study.compare_options``' arguments), named in messages.
+JOB_OPTIONS = ("overwrite", "resume", "probes", "push_to_hub", "seeds")
 
 
 def flag_for(name: str) -> str:

@@ -23,6 +23,7 @@ from .hub import hub_token, upload_model
 from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
 from .plan import plan_training
 from .prepare import Prepared, check_inputs, prepare
+from .report import changed_probes
 from .training import train
 
 #: What the log says when ``accelerate launch --cpu --num_processes N`` started a single process.
@@ -84,7 +85,7 @@ def run_job(
     before = measure(prep, prep.loaded.model, "before", probe_list)
     seconds["evaluate_before"] = time.perf_counter() - phase
     log_before_training(prep, before, state.num_processes, log)
-    history, after = train_and_measure(prep, out, resume, seconds)
+    history, after = train_and_measure(prep, out, resume, seconds, log)
     phase = time.perf_counter()
     after["probes"], examples = predict(prep, probe_list)
     seconds["predict"] = time.perf_counter() - phase
@@ -186,7 +187,9 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
         log(ONE_CPU_PROCESS)
 
 
-def train_and_measure(prep: Prepared, out: Path, resume: bool, seconds: dict[str, float]) -> tuple[dict, dict]:
+def train_and_measure(
+    prep: Prepared, out: Path, resume: bool, seconds: dict[str, float], log: Callable[[str], None]
+) -> tuple[dict, dict]:
     """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
     ``seconds`` gains ``train``, ``train_clock`` and ``evaluate_after``."""
     s, model = prep.settings, prep.loaded.model
@@ -195,7 +198,17 @@ def train_and_measure(prep: Prepared, out: Path, resume: bool, seconds: dict[str
     callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience)]
     if s.max_train_minutes:  # a time box: the epoch in progress ends early and is validated as usual
         callbacks.append(TimeBudget(60 * s.max_train_minutes))
+    if plan.history["optimizer_steps"]:
+        log(
+            f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
+            f"after {plan.batches_done} of its batches)"
+        )
     history = train(plan, callbacks)
+    if s.max_train_minutes and history["steps"] and history["steps"][-1]["seconds"] >= 60 * s.max_train_minutes:
+        log(
+            f"time box reached: stopped after {history['optimizer_steps']} optimiser steps, "
+            f"in epoch {history['steps'][-1]['epoch']} of {s.epochs}"
+        )
     validated = history.get("final_validation") or history["epochs"][-1]["validation"]
     seconds["train"] = time.perf_counter() - phase - validated["seconds"]
     seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
@@ -260,40 +273,3 @@ def describe_device(processes: int = 1) -> str:
 
     device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
     return device + (f" x {processes} processes (each takes 1/{processes} of the batches)" if processes > 1 else "")
-
-
-def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
-    """The probes whose top-1 answer changed with fine-tuning: ``[{"text", "answer", "before", "after", "right"}]``."""
-    return [
-        {"text": a["text"], "answer": a["answer"], "before": b["top1"], "after": a["top1"], "right": a["hit_top1"]}
-        for b, a in zip(before["rows"], after["rows"])
-        if a["top1"] != b["top1"]
-    ]
-
-
-def format_report(metrics: dict[str, Any]) -> str:
-    """A plain-text before/after table, example predictions and probe hits."""
-    b, a = metrics["before"], metrics["after"]
-    lines = [
-        "",
-        f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
-        f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
-        f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
-        f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
-        f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
-    ]
-    o = metrics["original_tutorial_accuracy"]
-    lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
-    p = metrics["probes"]
-    if p["after"]["n"]:
-        lines.append(
-            f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}"
-        )
-    lines.append("")
-    for example in metrics["examples"]:
-        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
-        lines.append(f"{example['text']}  ->  {guesses}")
-    for row in p["after"]["rows"]:
-        mark = "right" if row["hit_top1"] else "wrong"
-        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
-    return "\n".join(lines)

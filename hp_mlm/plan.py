@@ -150,6 +150,7 @@ class TrainingPlan:
         start_epoch, batches_done: where the loop starts (0, 0 unless resuming a checkpoint).
         history: the run's history so far (empty, or the checkpoint's).
         output_dir: where checkpoints go (None: nowhere).
+        ran: whether ``training.train`` has run this plan (a plan runs once).
     """
 
     model: nn.Module
@@ -166,6 +167,14 @@ class TrainingPlan:
     batches_done: int
     history: dict[str, Any]
     output_dir: Path | None
+    ran: bool = False
+
+    def start(self) -> None:
+        """Mark the plan as run; raise ValueError if it has run before (its optimiser and schedule
+        are spent: a second run would go on at the schedule's end, at rate 0 for a decayed one)."""
+        if self.ran:
+            raise ValueError("this plan has been trained already; make a new one with plan_training to train again")
+        self.ran = True
 
     def epoch_batches(self, epoch: int) -> tuple[Any, int]:
         """``(loader, batches already done)`` for ``epoch``: a resumed epoch skips what it did."""
@@ -196,8 +205,8 @@ def check_resolved(settings: Settings) -> None:
     ]
     if unresolved:
         raise ValueError(
-            f"{', '.join(unresolved)} still 'auto': settle it for the model with "
-            "config.resolve_auto(settings, head_newly_initialised) (prepare() does it) or set it"
+            f"{', '.join(unresolved)} still 'auto': use prepare(settings).settings, or settle them for the model "
+            "with config.resolve_auto(settings, head_newly_initialised), or set them"
         )
 
 

@@ -57,7 +57,7 @@ def compare_options(
         ValueError: ``seeds`` < 1.
     """
     if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+        raise ValueError(f"`seeds` must be >= 1, got {seeds}")
     options = DEFAULT_OPTIONS if options is None else options
     prep = prepare(settings)
     tok, base = prep.loaded.tokenizer, prep.settings

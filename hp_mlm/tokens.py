@@ -27,7 +27,7 @@ def check_max_length(max_length: int, model_limit: int | None) -> None:
     """
     if model_limit is not None and max_length > model_limit:
         raise ValueError(
-            f"max_length={max_length} is above the model's limit of {model_limit} positions; "
+            f"`max_length` {max_length} is above the model's limit of {model_limit} positions; "
             f"set max_length to {model_limit} or less"
         )
 

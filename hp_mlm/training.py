@@ -107,6 +107,7 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
         RuntimeError: CUDA ran out of memory (names batch size, max_length and what to lower).
     """
+    plan.start()
     stop = False
     for epoch in range(plan.start_epoch, plan.settings.epochs):
         stop = train_epoch(plan, epoch, callbacks)

@@ -22,7 +22,7 @@ LAYERS = [
     {"evaluation"},
     {"inference"},
     {"plots"},
-    {"prepare", "checking", "course"},
+    {"prepare", "checking", "course", "report"},
     {"job", "study", "exercises", "model_exercises"},
     {"flags"},
     {"cli"},

@@ -232,6 +232,33 @@ def test_a_time_box_stops_the_main_job_early_and_it_still_evaluates_and_saves(tm
     metrics = run_job(settings, log=logged.append)
     history = json.loads((tmp_path / "boxed" / "history.json").read_text())
     assert any(line.startswith("time box: training stops after 0.02 min") for line in logged)
+    assert any(
+        line.startswith(f"time box reached: stopped after {history['optimizer_steps']} optimiser steps")
+        for line in logged
+    )
     assert len(history["epochs"]) < 200 and history["steps"][-1]["seconds"] >= 1.2
     assert metrics["after"] == history["epochs"][-1]["validation"]  # the stopped epoch was validated
     assert (tmp_path / "boxed" / "model" / "model.safetensors").is_file()
+
+
+def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
+    import hp_mlm.training as training
+    from hp_mlm.job import run_job
+
+    settings = get_settings("smoke", environ={}, epochs=2, progress=False, output_dir=str(tmp_path / "run"))
+    real = training.train_epoch
+
+    def stop_in_epoch_2(plan, epoch, callbacks):
+        if epoch == 1:
+            raise KeyboardInterrupt  # as Ctrl-C after epoch 1's checkpoint
+        return real(plan, epoch, callbacks)
+
+    monkeypatch.setattr(training, "train_epoch", stop_in_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        run_job(settings, log=lambda _: None)
+    monkeypatch.undo()
+    logged = []
+    metrics = run_job(settings, resume=True, log=logged.append)
+    steps = metrics["run"] and json.loads((tmp_path / "run" / "history.json").read_text())["optimizer_steps"]
+    note = next(line for line in logged if line.startswith("resuming at optimiser step"))
+    assert note == f"resuming at optimiser step {steps // 2} (epoch 2, after 0 of its batches)"

@@ -367,3 +367,15 @@ def test_a_step_skipped_by_loss_scaling_is_counted_apart_and_the_schedule_waits(
     assert history["optimizer_steps"] == len(history["steps"]) == 3
     planned = [1e-3 * (1 - k / 4) for k in range(1, 4)]  # linear decay over 4 steps, one of them not taken
     assert [s["lr"] for s in history["steps"]] == pytest.approx(planned)
+
+
+def test_a_plan_runs_once(smoke_tokenizer, smoke_model):
+    """Running the loop cell again must not go on, silently, past the schedule's end."""
+    from hp_mlm.plan import plan_training
+    from hp_mlm.training import train
+
+    plan = plan_training(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), smoke_settings())
+    train(plan)
+    with pytest.raises(ValueError, match="trained already; make a new one with plan_training"):
+        train(plan)
+    assert plan.history["optimizer_steps"] == 2
