@@ -688,26 +688,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--out", default=None, help=f"results folder (default: {DEFAULT_OUT}, or its quick/ subfolder with --quick)"
     )
-    p.add_argument(
-        "--budget-s",
-        type=float,
-        default=None,
-        help=f"training seconds per recipe (default {FULL['budget_s']:.0f}; quick {QUICK['budget_s']:.0f})",
-    )
-    p.add_argument(
-        "--train-rows",
-        type=int,
-        default=None,
-        help=f"training rows (default {FULL['train_rows']}; quick {QUICK['train_rows']})",
-    )
-    p.add_argument(
-        "--validation-rows",
-        type=int,
-        default=None,
-        help=f"held-out rows (default {FULL['validation_rows']}; quick {QUICK['validation_rows']})",
-    )
+    _preset_flag(p, "budget_s", float, "training seconds per recipe")
+    _preset_flag(p, "train_rows", int, "training rows")
+    _preset_flag(p, "validation_rows", int, "held-out rows")
     _run_flags(p)
     return p
+
+
+def _preset_flag(p: argparse.ArgumentParser, key: str, kind: type, what: str) -> None:
+    """A flag whose default comes from ``FULL``, or ``QUICK`` with ``--quick`` (filled in by :func:`parse_args`)."""
+    flag = "--" + key.replace("_", "-")
+    p.add_argument(flag, type=kind, default=None, help=f"{what} (default {FULL[key]:g}; quick {QUICK[key]:g})")
 
 
 def _run_flags(p: argparse.ArgumentParser) -> None:
@@ -734,18 +725,10 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--seed", type=int, default=42, help="split, masks, shuffling and dropout seed (default %(default)s)"
     )
-    p.add_argument(
-        "--validate-every-s",
-        type=float,
-        default=None,
-        help=f"training seconds between course validations once it has reached the seed's final CE (default {FULL['validate_every_s']:.0f})",
-    )
-    p.add_argument(
-        "--fine-validate-every-s",
-        type=float,
-        default=None,
-        help=f"finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget (default {FULL['fine_validate_every_s']:.0f})",
-    )
+    what = "training seconds between course validations once it has reached the seed's final CE"
+    _preset_flag(p, "validate_every_s", float, what)
+    what = "finer interval used until the course reaches the seed's final CE, in the first 25%% of the budget"
+    _preset_flag(p, "fine_validate_every_s", float, what)
     p.add_argument("--quick", action="store_true", help="fast smoke check of this script (20 s budget, 64+32 rows)")
 
 

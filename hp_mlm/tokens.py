@@ -90,13 +90,7 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozen
     for i, text in enumerate(texts):
         ids, words = enc["input_ids"][i], enc.word_ids(i)
         entity = _entity_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
-        start = 0
-        while start < len(ids) or start == 0:
-            end = min(start + room, len(ids))
-            while end < len(ids) and end - 1 > start and words[end] is not None and words[end] == words[end - 1]:
-                end -= 1  # back off to the start of the word that the cut would split
-            if end < len(ids) and words[end] is not None and words[end] == words[end - 1]:
-                end = min(start + room, len(ids))  # one word longer than a row: cut inside it
+        for start, end in _word_cuts(words, room):
             row = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
             out["input_ids"].append(row)
             out["attention_mask"].append([1] * len(row))
@@ -104,8 +98,27 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozen
             out["length"].append(len(row))
             if entity is not None:
                 out["entity_mask"].append([0, *entity[start:end], 0])
-            start = end if end > start else len(ids) + 1
     return out
+
+
+def _word_cuts(words: list[int | None], room: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each row of at most ``room`` tokens: a cut that would split a word backs
+    off to that word's start, unless the word alone fills the row. An empty text is one empty row."""
+
+    def inside_word(j: int) -> bool:
+        return words[j] is not None and words[j] == words[j - 1]
+
+    cuts, start = [], 0
+    while True:
+        end = min(start + room, len(words))
+        cut = end
+        while cut < len(words) and cut - 1 > start and inside_word(cut):
+            cut -= 1
+        end = end if cut < len(words) and inside_word(cut) else cut  # a word longer than a row is cut inside
+        cuts.append((start, end))
+        if end >= len(words):
+            return cuts
+        start = end
 
 
 def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict[str, int]:
