@@ -114,6 +114,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
         for part in (train_rows, validation_rows)
     )
+    parts = ((train_rows, train_tokens), (validation_rows, validation_tokens))
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
     if not any(label != IGNORE_INDEX for row in frozen for label in row["labels"]):
         raise ValueError(
@@ -133,10 +134,20 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         frozen,
         entities,
         seconds,
-        {"rows_cut": 0, "tokens_dropped": 0}
-        if settings.split_long_rows
-        else truncation(rows[settings.text_column], tok, settings.max_length),
+        {"rows_cut": 0, "tokens_dropped": 0} if settings.split_long_rows else _truncated(settings, tok, parts),
     )
+
+
+def _truncated(settings: Settings, tokenizer, parts) -> dict[str, int]:
+    """What truncation dropped: only a row that came out exactly ``max_length`` long can have been
+    cut, so only those rows are tokenised again, in full (``tokens.truncation``)."""
+    full = [
+        text
+        for rows, tokens in parts
+        for text, length in zip(rows[settings.text_column], tokens["length"])
+        if length == settings.max_length
+    ]
+    return truncation(full, tokenizer, settings.max_length)
 
 
 def default_probes(settings: Settings) -> Path | None:

@@ -123,6 +123,8 @@ def _word_cuts(words: list[int | None], room: int) -> list[tuple[int, int]]:
 
 def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_length: int) -> dict[str, int]:
     """What truncating ``texts`` at ``max_length`` tokens drops: ``{"rows_cut", "tokens_dropped"}``."""
+    if not texts:  # the tokenizer refuses an empty batch
+        return {"rows_cut": 0, "tokens_dropped": 0}
     lengths = [len(ids) for ids in tokenizer(list(texts), return_token_type_ids=False)["input_ids"]]
     over = [n - max_length for n in lengths if n > max_length]
     return {"rows_cut": len(over), "tokens_dropped": sum(over)}

@@ -90,6 +90,7 @@ def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
     long_row = "the " * 600
     assert len(tok(long_row)["input_ids"]) == 602
     assert truncation(["a short row.", long_row], tok, 128) == {"rows_cut": 1, "tokens_dropped": 474}
+    assert truncation([], tok, 128) == {"rows_cut": 0, "tokens_dropped": 0}
     data = tmp_path / "rows.txt"
     data.write_text("\n".join([f"Mira rowed the ferry across the lake, day {i}." for i in range(10)] + [long_row]))
     settings = get_settings(
