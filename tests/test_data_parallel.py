@@ -215,6 +215,8 @@ if process_state().is_main_process:
     save_file({k: (v - start[k]).contiguous() for k, v in model.state_dict().items()}, out)
     print("LOSS", history["steps"][0]["loss"], history["optimizer_steps"], flush=True)
 process_state().wait_for_everyone()  # no process leaves while another still talks to it
+if torch.distributed.is_initialized():  # and none leaves gloo's threads running at exit (std::terminate)
+    torch.distributed.destroy_process_group()
 """
 
 
