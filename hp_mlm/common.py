@@ -51,6 +51,24 @@ def error_summary(error: BaseException, limit: int = 200) -> str:
     return f"{type(error).__name__}: {text}"
 
 
+class OutOfMemory(RuntimeError):
+    """Memory ran out in a named phase of a run; the message names the phase and what to lower (Case C19b)."""
+
+
+@contextlib.contextmanager
+def out_of_memory_in(phase: str, lower: str) -> Iterator[None]:
+    """Turn a ``torch.OutOfMemoryError`` raised inside into :class:`OutOfMemory`, one line: ``phase``
+    (where it ran out), the library's first line, and ``lower`` (the settings that need less memory).
+
+    Raises:
+        OutOfMemory: in place of ``torch.OutOfMemoryError`` (CUDA or MPS memory).
+    """
+    try:
+        yield
+    except torch.OutOfMemoryError as error:
+        raise OutOfMemory(f"out of memory in {phase} ({error_summary(error)}). Lower {lower}") from error
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and ``os.replace`` (never half a file)."""
     path = Path(path)

@@ -18,7 +18,15 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .common import autocast, inference_mode, mlm_logits, model_device, process_state, sum_across_processes
+from .common import (
+    autocast,
+    inference_mode,
+    mlm_logits,
+    model_device,
+    out_of_memory_in,
+    process_state,
+    sum_across_processes,
+)
 from .masking import IGNORE_INDEX
 from .tokens import pad_batch
 from .words import in_multi_piece_word
@@ -56,6 +64,9 @@ def evaluate(
 
     Under ``accelerate launch`` every process calls this with the same rows: each scores every
     N-th batch and the sums are added over processes, so the result equals one process's.
+
+    Raises:
+        common.OutOfMemory: the device ran out of memory (names ``eval_batch_size`` to lower).
     """
     started = time.perf_counter()
     device = model_device(model)
@@ -63,7 +74,8 @@ def evaluate(
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     state = process_state()  # several processes: each scores every N-th batch, then the sums are added
     totals = [0.0] * (4 + 2 * len(KINDS))
-    with inference_mode(model):
+    lower = f"`eval_batch_size` (now {batch_size}); rerun with `resume` to continue from the last checkpoint"
+    with inference_mode(model), out_of_memory_in("the held-out evaluation", lower):
         for rows in batches[state.process_index :: state.num_processes]:
             batch = pad_batch([frozen_rows[i] for i in rows], tokenizer)
             sums = batch_sums(model, batch, tokenizer, top_k, precision, device)
@@ -184,11 +196,14 @@ def original_tutorial_accuracy(
     Returns:
         ``{"accuracy", "n_positions", "n_rows", "seconds"}``; accuracy is a fraction in [0, 1],
         or None when ``texts`` is empty (nothing scored); ``n_positions`` equals ``n_rows``.
+    Raises:
+        common.OutOfMemory: the device ran out of memory (names ``eval_batch_size``, ``max_length``).
     """
     started = time.perf_counter()
     device = model_device(model)
     correct = 0
-    with inference_mode(model):
+    lower = f"`eval_batch_size` (now {batch_size}) or `max_length` (now {max_length})"
+    with inference_mode(model), out_of_memory_in("the original tutorial's accuracy", lower):
         for start in range(0, len(texts), batch_size):
             enc = tokenizer(
                 list(texts[start : start + batch_size]),

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .common import inference_mode, model_device
+from .common import inference_mode, model_device, out_of_memory_in
 
 #: The course's example sentences (the last one has two masks).
 EXAMPLE_SENTENCES = (
@@ -121,6 +121,7 @@ def fill_mask(
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
             shows the tokenizer's mask token); a mask that truncation at ``max_length`` would cut
             off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_ids`).
+        common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
     if isinstance(sentences, str):
         sentences = [sentences]
@@ -139,7 +140,8 @@ def fill_mask(
     texts = _masked_texts(sentences, tokenizer, limit)
     device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
-    with inference_mode(model):
+    lower = f"`max_length` (now {limit}) or pass fewer sentences at once (now {len(texts)})"
+    with inference_mode(model), out_of_memory_in("prediction (fill_mask)", lower):
         logits = model(input_ids=enc["input_ids"].to(device), attention_mask=enc["attention_mask"].to(device)).logits
     results = []
     for row in range(len(texts)):

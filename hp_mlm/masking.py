@@ -22,7 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .common import generator as seeded_generator
 from .profiles import MASKING_STRATEGIES as STRATEGIES
-from .tokens import pad_batch
+from .tokens import as_rows, pad_batch
 from .words import replacement_ids, require_word_pieces, word_start_index
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
@@ -199,6 +199,7 @@ def freeze_masks(
     seed: int = 0,
     label_all_tokens: bool = False,
     strategy: str = "mask",
+    at_least_one: bool = True,
 ) -> list[dict[str, list[int]]]:
     """Draw evaluation masks once, row by row, so that every evaluation scores the same positions.
 
@@ -210,18 +211,22 @@ def freeze_masks(
         rows: tokenised rows (``input_ids`` and ``special_tokens_mask`` lists).
         label_all_tokens: label every token instead of only the masked ones (training ablation).
         strategy: how positions are chosen (see :func:`mask_tokens`); evaluation uses ``"mask"``.
+        at_least_one: a row the draw left without a masked token gets one (:func:`mask_one`), so
+            every held-out row is scored (Case C12b); False keeps the plain draw (static training masks).
     Returns:
         One dict per row: ``input_ids`` (masked), ``attention_mask`` and ``labels`` (lists of
         int), and ``entity_mask`` when the rows carry it.
     """
     frozen = []
-    for i, row in enumerate(rows):
+    for i, row in enumerate(as_rows(rows)):
         ids = torch.tensor([row["input_ids"]], dtype=torch.long)
         special = torch.tensor([row["special_tokens_mask"]]) if "special_tokens_mask" in row else None
         entity = torch.tensor([row["entity_mask"]]) if "entity_mask" in row else None
         selectable = selectable_positions(ids, tokenizer, special)
         generator = seeded_generator(seed, "frozen", i)
         masked, labels = mask_tokens(ids, selectable, tokenizer, mlm_probability, generator, strategy, entity)
+        if at_least_one and bool(selectable.any()) and not bool((labels != IGNORE_INDEX).any()):
+            masked, labels = mask_one(ids, selectable, tokenizer, generator)
         if label_all_tokens:
             labels = label_everything(ids, torch.ones_like(ids))
         item = {"input_ids": masked[0].tolist(), "attention_mask": [1] * ids.shape[1], "labels": labels[0].tolist()}
@@ -229,6 +234,21 @@ def freeze_masks(
             item["entity_mask"] = list(row["entity_mask"])
         frozen.append(item)
     return frozen
+
+
+def mask_one(
+    input_ids: torch.Tensor, selectable: torch.Tensor, tokenizer: PreTrainedTokenizerBase, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hide one position of a one-row batch, drawn uniformly among its ``selectable`` ones, with the
+    tokenizer's mask token: ``(masked_input_ids, labels)``, LongTensor[1, seq_len] each (labels -100
+    except there). For a short row the 15% draw left without a mask (about 1 row in 5 at 8 tokens)."""
+    places = selectable[0].nonzero().flatten()
+    position = int(places[torch.randint(len(places), (1,), generator=generator)])
+    labels = torch.full_like(input_ids, IGNORE_INDEX)
+    labels[0, position] = input_ids[0, position]
+    masked = input_ids.clone()
+    masked[0, position] = tokenizer.mask_token_id
+    return masked, labels
 
 
 def original_batches(
@@ -248,6 +268,7 @@ def original_batches(
     Returns:
         ``input_ids`` (masked), ``attention_mask``, ``labels``: LongTensor[n_rows, longest_row].
     """
+    rows = as_rows(rows)
     batch = pad_batch(list(rows), tokenizer, pad_to_length=max(len(r["input_ids"]) for r in rows))
     ids = batch["input_ids"]
     skip = torch.tensor([tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.pad_token_id])

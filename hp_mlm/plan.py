@@ -26,7 +26,7 @@ from .common import MIXED_PRECISION, cpu_process_group, derive_seed, generator
 from .config import Settings
 from .masking import MaskingCollator, freeze_masks, original_batches
 from .objective import MaskedLMObjective
-from .tokens import pad_batch, plan_batches
+from .tokens import as_rows, pad_batch, plan_batches
 
 
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
@@ -80,13 +80,14 @@ def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings,
     - ``padding="dataset"``: the original tutorial's data, built once
       (:func:`~hp_mlm.masking.original_batches`: longest-row padding, static masks, labels everywhere).
     """
+    rows = as_rows(rows)  # (1, n) tensors too
     if settings.padding == "dataset":
         static = original_batches(rows, tokenizer, settings.mlm_probability, generator(settings.seed, "original-masks"))
         return [{k: v[i] for k, v in static.items()} for i in range(len(rows))], None
-    if settings.mask_once:
-        seed = derive_seed(settings.seed, "static-masks")
+    if settings.mask_once:  # static masks, drawn once: a plain 15% draw (no row given one)
+        options = dict(label_all_tokens=settings.label_all_tokens, strategy=settings.masking, at_least_one=False)
         frozen = freeze_masks(
-            rows, tokenizer, settings.mlm_probability, seed, settings.label_all_tokens, settings.masking
+            rows, tokenizer, settings.mlm_probability, derive_seed(settings.seed, "static-masks"), **options
         )
         return frozen, partial(pad_batch, tokenizer=tokenizer)
     collator = MaskingCollator(
@@ -265,7 +266,7 @@ def plan_training(
     state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
     history = state["history"] if state else new_history(settings, accelerator)
     start = (state["epoch"], state["batches_done"]) if state else (0, 0)
-    lengths = [len(r["input_ids"]) for r in train_rows]
+    lengths = [len(r["input_ids"]) for r in as_rows(train_rows)]
     folder = None if output_dir is None else Path(output_dir)
     return TrainingPlan(
         model,

@@ -19,6 +19,37 @@ MODEL_COLUMNS = ("input_ids", "attention_mask", "special_tokens_mask")
 EXTRA_PADDING = {"labels": -100, "entity_mask": 0}
 
 
+def token_list(value: Any, key: str = "input_ids") -> list[int]:
+    """One row's ``key`` column as a list of ints: a list as it is, a 1-D tensor or array, or a (1, n)
+    tensor as ``tokenizer(text, return_tensors="pt")`` gives for one sentence (Case C31d).
+
+    Raises:
+        ValueError: any other shape (e.g. a whole batch of shape (8, n) as one row), naming the shape
+            expected.
+    """
+    shape = tuple(getattr(value, "shape", ()))
+    if not shape and value and isinstance(value[0], (list, tuple)):
+        shape = (len(value), len(value[0]))
+        value = value[0] if len(value) == 1 else value
+    elif len(shape) == 1 or (len(shape) == 2 and shape[0] == 1):
+        return [int(v) for v in value.reshape(-1).tolist()]
+    if len(shape) > 1 and shape[0] != 1:
+        raise ValueError(
+            f"a row's `{key}` has shape {shape}; each row holds one sequence, shape (n,) or (1, n): "
+            "give one dict per sentence (e.g. `tokenizer(texts)` without return_tensors, then one row per text)"
+        )
+    return value
+
+
+def as_rows(rows: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
+    """``rows`` with every per-token column (:data:`MODEL_COLUMNS`, labels, entity_mask) as a list of
+    ints (see :func:`token_list`); rows already holding lists come back as they are."""
+    columns = (*MODEL_COLUMNS, *EXTRA_PADDING)
+    if all(not hasattr(r["input_ids"], "shape") and not isinstance(next(iter(r["input_ids"]), 0), list) for r in rows):
+        return rows
+    return [{k: token_list(v, k) if k in columns else v for k, v in r.items()} for r in rows]
+
+
 def check_max_length(max_length: int, model_limit: int | None) -> None:
     """Refuse a ``max_length`` the model cannot embed.
 
@@ -159,6 +190,7 @@ def pad_batch(
         LongTensor[batch, seq_len]; plus ``labels`` (padded with -100) and ``entity_mask``
         (padded with 0) when the rows carry them.
     """
+    features = as_rows(features)
     plain = [{k: f[k] for k in MODEL_COLUMNS if k in f} for f in features]
     if pad_to_length is not None:
         batch = tokenizer.pad(plain, padding="max_length", max_length=pad_to_length, return_tensors="pt")

@@ -18,7 +18,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .callbacks import Callback
-from .common import error_summary, sum_across_processes
+from .common import out_of_memory_in, sum_across_processes
 from .config import Settings
 from .objective import masked_counts
 from .plan import TrainingPlan
@@ -37,13 +37,17 @@ def check_finite(loss: torch.Tensor, step: int, epoch: int, learning_rate: float
         )
 
 
-def memory_error(settings: Settings, error: torch.OutOfMemoryError) -> RuntimeError:
-    """The out-of-memory error, with the settings that lower memory and the library's own message."""
-    return RuntimeError(
-        f"Out of GPU memory with batch_size={settings.batch_size} and max_length={settings.max_length} "
-        f"({error_summary(error)}). Lower batch_size (and raise "
-        "gradient_accumulation_steps to keep the effective batch) or lower max_length."
+def memory_advice(settings: Settings) -> str:
+    """What to lower when a training step runs out of memory, with the values in use."""
+    return (
+        f"`batch_size` (now {settings.batch_size}; raise `gradient_accumulation_steps` to keep the effective "
+        f"batch) or `max_length` (now {settings.max_length}). Nothing from this step was saved; "
+        "`resume` continues from the last checkpoint"
     )
+
+
+#: Where a step can run out of memory besides its forward and backward passes.
+OPTIMISER_PHASE = "the optimiser step (AdamW allocates its state, twice the weights, at the first step)"
 
 
 def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], masked: int, epoch: int) -> float:
@@ -53,24 +57,23 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], mas
     window's masked tokens over every process, so the step is the large batch's (Case C38).
 
     Raises:
-        TrainingDiverged: the loss is NaN/inf. RuntimeError: out of GPU memory (:func:`memory_error`).
+        TrainingDiverged: the loss is NaN/inf. common.OutOfMemory: in the passes or the optimiser step
+            (names the phase and :func:`memory_advice`).
     """
     accelerator, settings = plan.accelerator, plan.settings
     processes, total = accelerator.num_processes, 0.0
     for j, batch in enumerate(window):
         # only the window's last backward synchronises the processes' gradients
         sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
-        try:
-            with sync:
-                loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
-                check_finite(loss, plan.history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
-                accelerator.backward(loss * processes)  # DDP averages the processes' gradients: undo it
-        except torch.OutOfMemoryError as error:
-            raise memory_error(settings, error) from error
+        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
+            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
+            check_finite(loss, plan.history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
+            accelerator.backward(loss * processes)  # DDP averages the processes' gradients: undo it
         total += loss.item()
-    if settings.max_grad_norm > 0:
-        accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
-    plan.optimizer.step()
+    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
+        if settings.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
+        plan.optimizer.step()
     plan.scheduler.step()
     plan.optimizer.zero_grad()
     return sum_across_processes([total])[0]
@@ -105,7 +108,8 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
         batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
-        RuntimeError: CUDA ran out of memory (names batch size, max_length and what to lower).
+        common.OutOfMemory: memory ran out in a step (names the phase, batch size, max_length and
+            what to lower).
     """
     plan.start()
     stop = False

@@ -79,7 +79,7 @@ def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_
 
 
 def test_accuracy_over_nothing_is_nothing_scored_not_zero(smoke_tokenizer, smoke_model):
-    frozen = freeze_masks(tokenised(smoke_tokenizer, ["Hi."]), smoke_tokenizer, 0.15, seed=1)
+    frozen = freeze_masks(tokenised(smoke_tokenizer, ["Hi."]), smoke_tokenizer, 0.15, seed=1, at_least_one=False)
     assert all(label == IGNORE_INDEX for label in frozen[0]["labels"])
     result = evaluate(smoke_model, frozen, smoke_tokenizer)
     assert result["n_positions"] == 0
@@ -146,7 +146,7 @@ def package_exception_types() -> set[str]:
             if (
                 isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Name)
-                and (value.func.id.endswith(("Error", "Exception", "Diverged")))
+                and (value.func.id.endswith(("Error", "Exception", "Diverged", "OutOfMemory")))
             ):
                 names.add(value.func.id)
     return names
@@ -158,7 +158,7 @@ def test_the_scan_finds_the_package_errors():
         "ValueError",
         "FileNotFoundError",
         "FileExistsError",
-        "RuntimeError",
+        "OutOfMemory",
         "TrainingDiverged",
         "HubUnavailableError",
         "ImportError",
@@ -169,10 +169,11 @@ def test_the_scan_finds_the_package_errors():
 def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     import builtins
 
-    from hp_mlm import hub, training
+    from hp_mlm import common, hub, training
 
     kinds = {
         **vars(builtins),
+        "OutOfMemory": common.OutOfMemory,
         "TrainingDiverged": training.TrainingDiverged,
         "HubUnavailableError": hub.HubUnavailableError,
     }
@@ -509,3 +510,97 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_says_how_
     assert not list((out / "checkpoints").glob(".tmp-*"))
     assert latest_checkpoint(out).name == "step-0000003"
     assert (latest_checkpoint(out) / "state.json").is_file()
+
+
+def test_out_of_memory_in_any_phase_is_one_line_naming_it_and_keeps_the_checkpoint(tmp_path, monkeypatch, capsys):
+    """Case C19b: memory runs out at the optimiser step, in an evaluation, or in fill_mask."""
+    import transformers
+
+    from hp_mlm import evaluation, job
+    from hp_mlm.checkpoints import latest_checkpoint
+
+    def oom(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    real_evaluate, calls = evaluation.evaluate, []
+
+    def oom_at_the_second_epochs_validation(*args, **kwargs):  # before, after epoch 1, after epoch 2
+        calls.append(1)
+        if len(calls) <= 2:
+            return real_evaluate(*args, **kwargs)
+        with monkeypatch.context() as inside:  # the forward pass inside evaluate runs out
+            inside.setattr(evaluation, "mlm_logits", oom)
+            return real_evaluate(*args, **kwargs)
+
+    faults = {
+        "optimiser step": (torch.optim.AdamW, "step", oom, "--batch-size"),
+        "held-out evaluation": (job, "evaluate", oom_at_the_second_epochs_validation, "--eval-batch-size"),
+        "fill_mask": (transformers.BertForMaskedLM, "forward", oom, "--max-length"),
+    }
+    for phase, (owner, name, fault, flag) in faults.items():
+        out = tmp_path / name
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, fault)
+            argv = ["train", "--profile", "smoke", "--epochs", "2", "--no-progress", "--output-dir", str(out)]
+            status = cli.main(argv)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert status == 2 and len(err) == 1, (phase, err)
+        assert err[0].startswith("error: out of memory in ") and phase in err[0] and flag in err[0], err
+        assert "Traceback" not in err[0] and "CUDA out of memory" in err[0]
+        if phase == "held-out evaluation":  # epoch 1 was saved before epoch 2 ran out: it loads and resumes
+            assert latest_checkpoint(out) is not None
+            assert cli.main(argv + ["--resume"]) == 0
+            assert "resuming at optimiser step" in capsys.readouterr().out
+
+
+def test_rows_given_as_1_by_n_tensors_are_read_as_the_lists_they_hold(smoke_tokenizer):
+    """Case C31d: `tokenizer(text, return_tensors="pt")` per sentence gives (1, n) tensors."""
+    from helpers import SENTENCES, fit, tokenised
+
+    from hp_mlm.config import get_settings
+    from hp_mlm.masking import MaskingCollator, freeze_masks
+    from hp_mlm.models import build_smoke_model
+    from hp_mlm.tokens import pad_batch
+
+    keys = ("input_ids", "attention_mask", "special_tokens_mask")
+    as_tensors = [
+        {k: v for k, v in smoke_tokenizer(t, return_tensors="pt", return_special_tokens_mask=True).items() if k in keys}
+        for t in SENTENCES
+    ]
+    assert as_tensors[0]["input_ids"].shape[0] == 1
+    lists = tokenised(smoke_tokenizer, SENTENCES)
+    for a, b in zip(pad_batch(as_tensors, smoke_tokenizer).values(), pad_batch(lists, smoke_tokenizer).values()):
+        assert torch.equal(a, b)
+    assert freeze_masks(as_tensors, smoke_tokenizer, seed=3) == freeze_masks(lists, smoke_tokenizer, seed=3)
+    collate = MaskingCollator(smoke_tokenizer, seed=3)
+    assert torch.equal(collate(as_tensors)["labels"], collate(lists)["labels"])
+    settings = get_settings("smoke", environ={}, progress=False, epochs=1, batch_size=4)
+    histories = [
+        fit(build_smoke_model(smoke_tokenizer), smoke_tokenizer, rows, settings) for rows in (as_tensors, lists)
+    ]
+    assert [s["loss"] for s in histories[0]["steps"]] == [s["loss"] for s in histories[1]["steps"]]
+    batch_as_one_row = [dict(smoke_tokenizer(SENTENCES[:2], padding=True, return_tensors="pt"))]
+    with pytest.raises(ValueError, match=r"shape \(2, \d+\); each row holds one sequence, shape \(n,\) or \(1, n\)"):
+        pad_batch(batch_as_one_row, smoke_tokenizer)
+
+
+def test_every_held_out_row_gets_a_hidden_token_and_rows_that_had_one_keep_their_draw():
+    """Case C12b: `prepare` on the smoke profile, 20 seeds: no held-out row without a label."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.masking import IGNORE_INDEX, freeze_masks
+    from hp_mlm.prepare import prepare
+
+    without, drawn_one = 0, 0
+    for seed in range(20):
+        prep = prepare(get_settings("smoke", environ={}, seed=seed, progress=False))
+        without += sum(all(x == IGNORE_INDEX for x in r["labels"]) for r in prep.frozen_validation)
+        plain = freeze_masks(prep.validation_tokens, prep.loaded.tokenizer, seed=seed, at_least_one=False)
+        for given, drawn in zip(prep.frozen_validation, plain):
+            if any(x != IGNORE_INDEX for x in drawn["labels"]):
+                assert given == drawn  # the draw is kept where it hid something
+            else:
+                drawn_one += 1
+                hidden = [i for i, x in enumerate(given["labels"]) if x != IGNORE_INDEX]
+                assert len(hidden) == 1 and given["input_ids"][hidden[0]] == prep.loaded.tokenizer.mask_token_id
+                assert given["labels"][hidden[0]] not in prep.loaded.tokenizer.all_special_ids
+    assert without == 0 and drawn_one > 0  # the plain draw leaves some rows empty; none stays empty

@@ -48,6 +48,7 @@ def test_cuda_out_of_memory_is_reported_with_the_settings_to_lower(monkeypatch, 
     from helpers import SENTENCES, fit, tokenised
 
     from hp_mlm import objective
+    from hp_mlm.common import OutOfMemory
     from hp_mlm.config import get_settings
 
     def out_of_memory(*args, **kwargs):
@@ -56,8 +57,9 @@ def test_cuda_out_of_memory_is_reported_with_the_settings_to_lower(monkeypatch, 
     monkeypatch.setattr(objective, "masked_lm_loss", out_of_memory)
     settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1, schedule="linear")
     with pytest.raises(
-        RuntimeError,
-        match=r"batch_size=4 and max_length=64 \(OutOfMemoryError: CUDA out of memory\. Tried.*Lower batch_size.*gradient_accumulation_steps.*max_length",
+        OutOfMemory,
+        match=r"in the training step \(forward and backward\) \(OutOfMemoryError: CUDA out of memory\. Tried.*"
+        r"Lower `batch_size` \(now 4; raise `gradient_accumulation_steps`.*`max_length` \(now 64\)",
     ):
         fit(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings.replace(learning_rate=1e-3))
 
