@@ -106,6 +106,7 @@ def check_versions(
         )
 
 
-check_versions()
+if sys.argv[1:2] != ["doctor"]:  # `python -m hp_mlm doctor` reports a wrong version instead of stopping on it
+    check_versions()
 # Quiet the tokenizers fork warning that older versions print into notebooks (a user's value wins).
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

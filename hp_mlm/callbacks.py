@@ -74,10 +74,13 @@ class Validate(Callback):
 
 
 class TimeBudget(Callback):
-    """Stop once the training clock (callbacks excluded) reaches ``seconds``."""
+    """Stop at the first optimiser step whose training clock (callbacks excluded) reaches ``seconds``;
+    ``stopped_at`` is then that step's record (``{"step", "epoch", "seconds", ...}``), else None."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
+        self.seconds, self.stopped_at = seconds, None
 
     def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
-        return step["seconds"] >= self.seconds
+        if step["seconds"] >= self.seconds:
+            self.stopped_at = step
+        return self.stopped_at is not None

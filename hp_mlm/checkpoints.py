@@ -189,3 +189,9 @@ def save_model(model: nn.Module, tokenizer, directory: str | Path) -> Path:
     os.replace(tmp, directory)
     shutil.rmtree(old, ignore_errors=True)
     return directory
+
+
+def clear_checkpoints(directory: str | Path) -> None:
+    """Remove ``directory/checkpoints`` once a finished model is saved beside it (a later run then
+    starts afresh instead of resuming a finished one); nothing happens when there is none."""
+    shutil.rmtree(Path(directory) / CHECKPOINTS, ignore_errors=True)

@@ -57,11 +57,13 @@ def default_model(settings: Settings, log=print) -> str:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
+    from .common import run_device
     from .inference import fill_mask
     from .models import load_model
 
     model_name = args.model or default_model(get_settings(args.profile), log=_note)
     loaded = load_model(model_name)
+    loaded.model.to(run_device())
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
     top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
     results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=top_k, targets=targets)
@@ -174,8 +176,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
     import warnings
 
+    from .doctor import main as doctor
+    from .troubleshooting import pointer
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["doctor"]:  # its own flags (and it needs no settings)
+        return doctor(argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"train": _cmd_train, "predict": _cmd_predict, "evaluate": _cmd_evaluate, "compare": _cmd_compare}
+    handlers = {
+        "train": _cmd_train,
+        "predict": _cmd_predict,
+        "evaluate": _cmd_evaluate,
+        "compare": _cmd_compare,
+    }
     # a warning is one line too, its settings named as flags (e.g. bf16 forced on a CPU without it)
     shown = warnings.formatwarning
     warnings.formatwarning = lambda message, *_, **__: f"warning: {as_flags(str(message))}\n"
@@ -188,8 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("HP_MLM_DEBUG", "").strip() not in ("", "0"):
             raise
         message = " ".join(str(error).split()) or type(error).__name__
-        if raised_by_the_package(error):
-            print(f"error: {as_flags(message)}", file=sys.stderr)
+        if raised_by_the_package(error):  # with its entry in docs/troubleshooting.md
+            print(f"error: {as_flags(message)}{pointer(error)}", file=sys.stderr)
             return 2
         print(f"error: {type(error).__name__}: {message} (set HP_MLM_DEBUG=1 to see where)", file=sys.stderr)
         return 1

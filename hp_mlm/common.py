@@ -106,6 +106,21 @@ def cpu_process_group() -> bool:
     return not torch.cuda.is_available() and int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
+def device_kind() -> str:
+    """Where a run computes: ``"cuda"`` when a GPU is visible, ``"mps"`` on Apple silicon
+    (``torch.backends.mps.is_available()``), else ``"cpu"``; accelerate chooses in the same order."""
+    if torch.cuda.is_available():
+        return "cuda"
+    return "mps" if torch.backends.mps.is_available() else "cpu"
+
+
+def run_device() -> torch.device:
+    """The device this process trains and evaluates on: accelerate's for CUDA (``cuda:<local rank>``
+    under ``accelerate launch``, ``cpu`` when launched with ``--cpu``), else ``mps`` or ``cpu``."""
+    kind = device_kind()
+    return process_state().device if kind == "cuda" else torch.device(kind)
+
+
 def process_state():
     """accelerate's ``PartialState`` of this process (created on first use, with :func:`cpu_process_group`).
 
@@ -150,6 +165,15 @@ def inference_mode(model: nn.Module) -> Iterator[nn.Module]:
 # ---------------------------------------------------------------------------------------------
 
 
+def cuda_has_native_bf16() -> bool:
+    """True when the CUDA GPU computes bf16 natively: compute capability 8.0 (Ampere) or newer, or
+    an AMD GPU (ROCm). Not ``torch.cuda.is_bf16_supported()``'s default, which counts emulation too
+    and so says True on a T4 (7.5), where bf16 runs emulated and slower than fp16."""
+    if torch.version.hip:
+        return True
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).major >= 8
+
+
 def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
     """True when the CPU has bf16 instructions (x86 ``avx512_bf16`` or ``amx_bf16``).
 
@@ -179,21 +203,29 @@ def resolve_precision(
 
     Args:
         requested: one of ``PRECISIONS``.
-        device_type: ``"cuda"`` or ``"cpu"``; default: cuda when a GPU is visible.
+        device_type: ``"cuda"``, ``"mps"`` or ``"cpu"``; default :func:`device_kind`. On ``mps``
+            (Apple silicon) ``auto`` is fp32: no mixed precision there was measured by the course.
         cuda_bf16, cpu_bf16: hardware facts, asked from torch and the CPU when None (for tests).
     Raises:
         ValueError: an unknown precision; ``fp16`` without a CUDA GPU (the CPU has no fast fp16
-            training path); ``bf16`` on a GPU that lacks it.
+            training path); ``bf16`` on a GPU that lacks it; ``fp16`` or ``bf16`` on ``mps``.
     Warns:
         UserWarning: ``bf16`` asked for on a CPU without native bf16 instructions (it runs, emulated
             and much slower than fp32).
     """
     if requested not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS}, got {requested!r}")
-    device_type = device_type or ("cuda" if torch.cuda.is_available() else "cpu")
+    device_type = device_type or device_kind()
+    if device_type == "mps":
+        if requested in ("fp16", "bf16"):
+            raise ValueError(
+                f"precision {requested} on Apple's mps device was not measured by this course; "
+                "set `precision` to auto or fp32 (auto is fp32 there)"
+            )
+        return "fp32"
     if device_type == "cuda":
         if cuda_bf16 is None:
-            cuda_bf16 = torch.cuda.is_bf16_supported()
+            cuda_bf16 = cuda_has_native_bf16()
         if requested == "auto":
             return "bf16" if cuda_bf16 else "fp16"
         if requested == "bf16" and not cuda_bf16:

@@ -30,6 +30,13 @@ from .profiles import (
 
 PROFILE_ENV = "HP_MLM_PROFILE"
 ENV_PREFIX = "HP_MLM_"
+#: Variables whose name is shorter than ``HP_MLM_<SETTING>`` (the flag's name).
+ENV_NAMES = {"time_budget_minutes": "HP_MLM_TIME_BUDGET"}
+
+
+def env_name(setting: str) -> str:
+    """The environment variable of ``setting``: ``HP_MLM_<SETTING>``, or its short name (:data:`ENV_NAMES`)."""
+    return ENV_NAMES.get(setting, ENV_PREFIX + setting.upper())
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,13 @@ class Settings:
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
         epochs: passes over the training rows (at most; see ``early_stopping_patience`` and
-            ``max_train_minutes``).
+            ``time_budget_minutes``).
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
-        max_train_minutes: stop once the training clock (validation excluded) reaches this many
-            minutes, then evaluate and save as after a full run (``0``: no limit); a workshop's time box.
+        time_budget_minutes: stop at the first optimiser step past this many minutes of training
+            clock (validation excluded), checkpoint there, evaluate and save; ``resume`` continues
+            from that step (``0``: no limit). A workshop's time box (``--time-budget``,
+            ``HP_MLM_TIME_BUDGET``).
         learning_rate: peak AdamW learning rate; ``None`` means "auto": ``PRETRAINED_HEAD``'s
             5e-5 when the model's MLM head was pretrained, ``NEW_HEAD``'s rate when it is new.
         precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
@@ -104,7 +113,7 @@ class Settings:
     gradient_accumulation_steps: int = 1
     epochs: int = 3
     early_stopping_patience: int = 0
-    max_train_minutes: float = 0.0
+    time_budget_minutes: float = 0.0
     learning_rate: float | None = None
     precision: str = "auto"
     weight_decay: float = 0.01
@@ -148,20 +157,16 @@ class Settings:
 
 
 def validate(settings: Settings) -> None:
-    """Check every setting's range.
-
-    Raises:
-        ValueError: naming the first setting out of range, the range it must be in, and its variable.
-    """
+    """Check every setting's range; raises ValueError naming the first one out of range, its range and variable."""
     for name, rule, ok in _ranges(settings):
         if not ok:
-            raise ValueError(f"`{name}` ({ENV_PREFIX}{name.upper()}) must be {rule}, got {getattr(settings, name)!r}")
+            raise ValueError(f"`{name}` ({env_name(name)}) must be {rule}, got {getattr(settings, name)!r}")
 
 
 #: Settings that must be >= 1, and settings that must be >= 0.
 AT_LEAST_ONE = ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k", "entity_min_count")
 NOT_NEGATIVE = ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every")
-NOT_NEGATIVE += ("early_stopping_patience", "max_train_minutes")
+NOT_NEGATIVE += ("early_stopping_patience", "time_budget_minutes")
 
 
 def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
@@ -181,23 +186,23 @@ def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
     return rules + [("text_column", "a column's name", bool(s.text_column))]
 
 
+_BOOLEANS = dict.fromkeys(("1", "true", "yes", "on"), True) | dict.fromkeys(("0", "false", "no", "off"), False)
+#: How each kind of setting is read from a variable, and what the error calls it.
+_READERS: dict[str, tuple[Any, str]] = {
+    "bool": (lambda t: _BOOLEANS[t.lower()], "yes/no"),
+    "int": (int, "whole number"),
+    "float": (float, "number"),
+    "float | None": (lambda t: None if t.lower() in ("", "none", "auto") else float(t), "number (or auto)"),
+}
+
+
 def _parse(name: str, raw: str, kind: Any) -> Any:
-    """Turn an environment string into the type of setting ``name``."""
-    text = raw.strip()
+    """Turn an environment string into the type of setting ``name`` (a str setting stays text)."""
+    read, called = _READERS.get(kind, (str, "text"))
     try:
-        if kind in ("bool",):
-            if text.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-                raise ValueError(text)
-            return text.lower() in ("1", "true", "yes", "on")
-        if kind == "int":
-            return int(text)
-        if kind == "float":
-            return float(text)
-        if kind == "float | None":
-            return None if text.lower() in ("", "none", "auto") else float(text)
-    except ValueError:
-        raise ValueError(f"{ENV_PREFIX}{name.upper()}={raw!r} is not a valid {kind} for setting {name!r}") from None
-    return text
+        return read(raw.strip())
+    except (KeyError, ValueError):
+        raise ValueError(f"{env_name(name)}={raw!r} is not a valid {called} for setting {name!r}") from None
 
 
 def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -211,7 +216,7 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     for f in fields(Settings):
         if f.name == "profile":
             continue
-        key = ENV_PREFIX + f.name.upper()
+        key = env_name(f.name)
         if key in environ:
             out[f.name] = _parse(f.name, environ[key], f.type)
     return out
@@ -246,8 +251,7 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
     if name not in PROFILES:
         raise ValueError(f"profile {name!r} is not one of {PROFILES}")
     known = {f.name for f in fields(Settings)}
-    unknown = set(overrides) - known
-    if unknown:
+    if unknown := set(overrides) - known:
         raise ValueError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(known)}")
     chosen = {**env_overrides(environ), **{k: v for k, v in overrides.items() if v is not None}}
     values: dict[str, Any] = dict(PROFILE_OVERRIDES[name])

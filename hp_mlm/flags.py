@@ -25,7 +25,8 @@ EPILOG = """examples:
   python -m hp_mlm compare --profile quick --model ./my-bert --dataset ./books.parquet   # masking strategies etc.
 
 Every setting can also come from an environment variable HP_MLM_<SETTING> (e.g. HP_MLM_MODEL,
-HP_MLM_DATASET); flags win over variables, variables over the profile (HP_MLM_PROFILE)."""
+HP_MLM_DATASET; HP_MLM_TIME_BUDGET for --time-budget); flags win over variables, variables over
+the profile (HP_MLM_PROFILE)."""
 
 
 #: ``--model`` of predict and evaluate: what they use when it is not given (see :func:`default_model`).
@@ -85,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     _compare_flags(sub)
     _predict_flags(sub)
     _evaluate_flags(sub)
+    sub.add_parser(
+        "doctor", help="check this machine for the course: versions, device, Hub, cache, disk (see its --help)"
+    )
     return parser
 
 
@@ -175,7 +179,7 @@ JOB_OPTIONS = ("overwrite", "resume", "probes", "push_to_hub", "seeds")
 
 def flag_for(name: str) -> str:
     """The command-line flag of setting ``name`` (``--lr`` for ``learning_rate``, else ``--max-length`` style)."""
-    return {"learning_rate": "--lr"}.get(name, "--" + name.replace("_", "-"))
+    return {"learning_rate": "--lr", "time_budget_minutes": "--time-budget"}.get(name, "--" + name.replace("_", "-"))
 
 
 def as_flags(message: str) -> str:

@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .callbacks import Callback, TimeBudget, Validate
-from .checkpoints import CHECKPOINTS, MODEL_DIR, latest_checkpoint, save_model
-from .common import atomic_write_text, generator, process_state
+from .checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
+from .common import atomic_write_text, device_kind, generator, process_state
 from .config import Settings
 from .evaluation import evaluate, original_tutorial_accuracy
 from .hub import hub_token, upload_model
@@ -181,8 +180,8 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
         f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
         f"({s.schedule} schedule), {s.epochs} epoch(s)"
     )
-    if s.max_train_minutes:
-        log(f"time box: training stops after {s.max_train_minutes:g} min of training clock, then evaluates and saves")
+    if s.time_budget_minutes:
+        log(f"time budget: training stops after {s.time_budget_minutes:g} min, saves a checkpoint, evaluates and saves")
     if processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
         log(ONE_CPU_PROCESS)
 
@@ -196,18 +195,22 @@ def train_and_measure(
     phase = time.perf_counter()
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
     callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience)]
-    if s.max_train_minutes:  # a time box: the epoch in progress ends early and is validated as usual
-        callbacks.append(TimeBudget(60 * s.max_train_minutes))
+    # a time budget counts this run's training clock: the epoch in progress ends, is validated and checkpointed
+    budget = TimeBudget(60 * s.time_budget_minutes + sum(e["seconds"] for e in plan.history["epochs"]))
+    callbacks += [budget] if s.time_budget_minutes else []
     if plan.history["optimizer_steps"]:
         log(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
             f"after {plan.batches_done} of its batches)"
         )
     history = train(plan, callbacks)
-    if s.max_train_minutes and history["steps"] and history["steps"][-1]["seconds"] >= 60 * s.max_train_minutes:
+    last = history["epochs"][-1]
+    if budget.stopped_at and ("batches_done" in last or last["epoch"] < s.epochs):  # stopped before the end
+        history["time_budget_stop"] = {"step": history["optimizer_steps"], "planned_steps": plan.total_steps}
         log(
-            f"time box reached: stopped after {history['optimizer_steps']} optimiser steps, "
-            f"in epoch {history['steps'][-1]['epoch']} of {s.epochs}"
+            f"time budget reached: stopped at optimiser step {history['optimizer_steps']} of {plan.total_steps} "
+            f"(epoch {budget.stopped_at['epoch']} of {s.epochs}); the model so far is evaluated and saved, "
+            "and its checkpoint kept: rerun with `resume` to continue"
         )
     validated = history.get("final_validation") or history["epochs"][-1]["validation"]
     seconds["train"] = time.perf_counter() - phase - validated["seconds"]
@@ -257,19 +260,24 @@ def collect_metrics(
 
 
 def save_outputs(prep: Prepared, history: dict, metrics: dict, out: Path) -> None:
-    """The model (replacing the checkpoints), the history and the two plots."""
+    """The model (replacing the checkpoints, unless a time budget stopped training), the history and the plots."""
     from .plots import plot_before_after, plot_loss_curve, save_figure
 
     save_model(prep.loaded.model, prep.loaded.tokenizer, out / MODEL_DIR)
-    shutil.rmtree(out / CHECKPOINTS, ignore_errors=True)  # the finished model replaces them
+    if "time_budget_stop" not in history:  # the finished model replaces them; a stopped run keeps them
+        clear_checkpoints(out)
     atomic_write_text(out / "history.json", json.dumps(history, indent=2))
     save_figure(plot_loss_curve(history), out / "loss_curve.png")
     save_figure(plot_before_after(metrics), out / "before_after.png")
 
 
 def describe_device(processes: int = 1) -> str:
-    """Where training runs: ``cuda`` (with the GPU's name) or ``cpu``, and how many processes share it."""
+    """Where training runs: ``cuda`` (with the GPU's name), ``mps`` (Apple silicon) or ``cpu``, and how
+    many processes share it."""
     import torch
 
-    device = f"cuda ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "cpu"
+    kind = device_kind()
+    device = (
+        f"cuda ({torch.cuda.get_device_name()})" if kind == "cuda" else {"mps": "mps (Apple silicon)"}.get(kind, kind)
+    )
     return device + (f" x {processes} processes (each takes 1/{processes} of the batches)" if processes > 1 else "")

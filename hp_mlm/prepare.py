@@ -14,7 +14,7 @@ from pathlib import Path
 import datasets
 from datasets import Dataset
 
-from .common import resolve_precision
+from .common import resolve_precision, run_device
 from .config import Settings, resolve_auto
 from .data import CorpusReport, load_corpus, train_validation_split
 from .entities import find_entities
@@ -101,6 +101,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # max_length is checked against the model once both are known.
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
     loaded = load_model(model or settings.model, seed=settings.seed)
+    loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     train_rows, validation_rows = train_validation_split(
         rows, settings.validation_fraction, settings.seed, settings.max_validation_rows

@@ -130,7 +130,8 @@ SETTING_HELP = {
     "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
     "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
     "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",
-    "max_train_minutes": "stop training after this many minutes of training clock, then evaluate and save (0: no limit)",
+    "time_budget_minutes": "stop at the first step past this many minutes of training, checkpoint, evaluate and "
+    "save; --resume continues (0: no limit)",
     "weight_decay": "AdamW weight decay, not applied to biases and LayerNorm",
     "warmup_fraction": "fraction of the optimiser steps over which the learning rate rises from 0, in [0, 1)",
     "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",

@@ -43,9 +43,12 @@ def token_list(value: Any, key: str = "input_ids") -> list[int]:
 
 def as_rows(rows: Sequence[dict[str, Any]]) -> Sequence[dict[str, Any]]:
     """``rows`` with every per-token column (:data:`MODEL_COLUMNS`, labels, entity_mask) as a list of
-    ints (see :func:`token_list`); rows already holding lists come back as they are."""
+    ints (see :func:`token_list`); rows already holding lists (a ``datasets.Dataset`` always does)
+    come back as they are."""
     columns = (*MODEL_COLUMNS, *EXTRA_PADDING)
-    if all(not hasattr(r["input_ids"], "shape") and not isinstance(next(iter(r["input_ids"]), 0), list) for r in rows):
+    if isinstance(rows, Dataset) or all(
+        not hasattr(r["input_ids"], "shape") and not isinstance(next(iter(r["input_ids"]), 0), list) for r in rows
+    ):
         return rows
     return [{k: token_list(v, k) if k in columns else v for k, v in r.items()} for r in rows]
 

@@ -102,7 +102,8 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
         ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
         "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision", "device",
         "processes", "batches_without_masks"}`` (losses in nats, a step's the token-weighted loss of
-        its window; seconds of training clock, callbacks excluded; ``train_loss`` None for an epoch
+        its window; seconds of training clock, callbacks excluded; an epoch a callback cut short has
+        ``batches_done``, and its checkpoint resumes there; ``train_loss`` None for an epoch
         without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
         counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
         batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
@@ -132,6 +133,7 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
     trained = sum(e["seconds"] for e in history["epochs"])
     show = settings.progress and plan.accelerator.is_main_process
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
+    done_after = done
     for done_after, window in windows(bar, settings.gradient_accumulation_steps, done):
         counts = masked_counts(window)
         history["batches_without_masks"] += counts.count(0)  # no forward, no loss of 0.0 in the log
@@ -163,7 +165,10 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
     bar.close()
     mean = sum(losses) / len(losses) if losses else None
     record = {"epoch": epoch + 1, "train_loss": mean, "seconds": time.perf_counter() - clock}
+    complete = done_after == len(loader) + done  # else a callback stopped it (a time budget): resume there
+    if not complete:
+        record["batches_done"] = done_after
     stop = any([c.on_epoch_end(model, record) for c in callbacks]) or stop
     history["epochs"].append(record)
-    plan.save(epoch + 1, 0)
+    plan.save(epoch + 1, 0) if complete else plan.save(epoch, done_after)
     return stop

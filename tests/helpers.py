@@ -46,3 +46,24 @@ def fit(model, tokenizer, rows, settings, callbacks=(), **plan):
 
     resolved = resolve_auto(settings, head_newly_initialised=True)
     return train(plan_training(model, tokenizer, rows, resolved, **plan), callbacks)
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation other than ``-`` and ``_``
+    dropped, each space a ``-`` (``## `max_length` above the model's limit`` -> ``max_length-above-the-models-limit``)."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def markdown_anchors(text: str) -> set[str]:
+    """The anchors of every heading (``#`` to ``######``) in a Markdown text, outside code blocks."""
+    import re
+
+    anchors, fenced = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and (match := re.match(r"#{1,6} (.+)", line)):
+            anchors.add(github_anchor(match.group(1)))
+    return anchors

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hp_mlm"
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles"},  # helpers below every step
+    {"common", "profiles", "troubleshooting"},  # helpers below every step
     {"config", "hub"},
     {"data", "models", "entities"},
     {"tokens", "words"},
@@ -23,7 +23,7 @@ LAYERS = [
     {"inference"},
     {"plots"},
     {"prepare", "checking", "course", "report"},
-    {"job", "study", "exercises", "model_exercises"},
+    {"job", "study", "exercises", "model_exercises", "doctor"},
     {"flags"},
     {"cli"},
     {"__main__"},

