@@ -75,6 +75,8 @@ def default_model() -> str:
 
 
 def machine_info() -> dict[str, Any]:
+    from hp_mlm.common import cpu_has_native_bf16
+
     cpu = "unknown"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -84,6 +86,7 @@ def machine_info() -> dict[str, Any]:
     info = {
         "nproc": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "cpu_model": cpu,
+        "cpu_native_bf16": cpu_has_native_bf16(),  # what `auto` precision picks follows from it
         "python": platform.python_version(),
         "platform": platform.platform(),
     }
@@ -601,7 +604,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"max_length {cfg['max_length']}, batch size {cfg['batch_size']}, training budget {cfg['budget_s']:.0f} s each "
         f"(evaluation kept off the clock). Learning rates: seed {s['learning_rate']:g} ({s['schedule']}), "
         f"course {c['learning_rate']:g} ({c['schedule']}). "
-        f"Machine: {m['nproc']} cores, {m['cpu_model']}, torch {m.get('torch')}; "
+        f"Machine: {m['nproc']} cores, {m['cpu_model']}, bf16 instructions: {m.get('cpu_native_bf16', 'not recorded')}, "
+        f"precision seed {s.get('precision', '?')}, course {c.get('precision', '?')}; torch {m.get('torch')}; "
         f"1-min load average {report['loadavg_start'][0]:.2f} at start, {report['loadavg_end'][0]:.2f} at end; "
         f"whole run {report['wall_seconds'] / 60:.1f} min.",
         "",

@@ -1,9 +1,8 @@
 """Settings: what to train, on what, and how (step 0 of the pipeline).
 
-Taught in ``notebooks/00_setup.ipynb``. One frozen dataclass holds a run's settings; it is
-built from a *profile* (``full``, ``quick``, ``offline``, ``smoke``: ``profiles.PROFILES``), then environment variables
-``HP_MLM_<SETTING>``, then explicit overrides (the CLI's flags), in that order of precedence.
-Nothing here reads a file (it only looks for the course's folders), loads a model or touches the network.
+Taught in ``notebooks/00_setup.ipynb``. One frozen dataclass holds a run's settings, built from a *profile*
+(``profiles.PROFILES``), then ``HP_MLM_<SETTING>`` variables, then explicit overrides (the CLI's flags), in that
+order of precedence. Nothing here reads a file, loads a model or touches the network.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ from typing import Any
 
 from .common import PRECISIONS, resolve_precision
 from .profiles import (
+    AUTO_EPOCHS,
     MASKING_STRATEGIES,
     NEW_HEAD,
     ORIGINAL_RECIPE,
@@ -58,14 +58,12 @@ class Settings:
         batch_size: rows per optimiser step (before gradient accumulation).
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
-        epochs: passes over the training rows (at most; see ``early_stopping_patience`` and
-            ``time_budget_minutes``).
+        epochs: passes over the training rows (at most: see ``early_stopping_patience`` and
+            ``time_budget_minutes``); ``None`` means "auto": ``profiles.AUTO_EPOCHS`` by head kind.
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
-        time_budget_minutes: stop at the first optimiser step past this many minutes of training
-            clock (validation excluded), checkpoint there, evaluate and save; ``resume`` continues
-            from that step (``0``: no limit). A workshop's time box (``--time-budget``,
-            ``HP_MLM_TIME_BUDGET``).
+        time_budget_minutes: stop at the first optimiser step past this many minutes of training clock,
+            checkpoint, evaluate and save; ``resume`` continues (``0``: no limit; ``HP_MLM_TIME_BUDGET``).
         learning_rate: peak AdamW learning rate; ``None`` means "auto": ``PRETRAINED_HEAD``'s
             5e-5 when the model's MLM head was pretrained, ``NEW_HEAD``'s rate when it is new.
         precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
@@ -79,8 +77,7 @@ class Settings:
         eval_batch_size: rows per evaluation batch.
         output_dir: where the CLI writes the model, metrics, history and plots (one folder per
             profile by default, ``outputs/<profile>``, so runs of different profiles never collide).
-        split_long_rows: cut a row longer than ``max_length`` into several rows instead of
-            truncating it (no text is lost, more rows to train on).
+        split_long_rows: cut a row longer than ``max_length`` into several rows, not truncate it.
         recipe: ``"course"`` (this course) or ``"original"`` (the original tutorial, reproduced:
             sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
         schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
@@ -92,8 +89,7 @@ class Settings:
         label_all_tokens: label every real token, not only the masked ones (the original
             tutorial's labels; most of the loss is then about copying visible tokens).
         group_by_length: batch rows of similar length together (shuffled within groups).
-        masked_positions_only: run the MLM head's vocabulary projection only at masked positions
-            during training (same loss, less compute).
+        masked_positions_only: the head's vocabulary projection only at masked positions (same loss).
         checkpoint_every: optimiser steps between checkpoints (``0``: only at epoch ends).
         progress: show ``tqdm`` progress bars.
         top_k: candidates per mask shown by fill-mask.
@@ -111,7 +107,7 @@ class Settings:
     entity_min_count: int = 3
     batch_size: int = 16
     gradient_accumulation_steps: int = 1
-    epochs: int = 3
+    epochs: int | None = 3
     early_stopping_patience: int = 0
     time_budget_minutes: float = 0.0
     learning_rate: float | None = None
@@ -164,7 +160,7 @@ def validate(settings: Settings) -> None:
 
 
 #: Settings that must be >= 1, and settings that must be >= 0.
-AT_LEAST_ONE = ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "epochs", "top_k", "entity_min_count")
+AT_LEAST_ONE = ("batch_size", "eval_batch_size", "gradient_accumulation_steps", "top_k", "entity_min_count")
 NOT_NEGATIVE = ("weight_decay", "max_grad_norm", "max_validation_rows", "checkpoint_every")
 NOT_NEGATIVE += ("early_stopping_patience", "time_budget_minutes")
 
@@ -181,6 +177,7 @@ def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
     rules += [(name, ">= 1", getattr(s, name) >= 1) for name in AT_LEAST_ONE]
     rules.append(("max_length", ">= 8 tokens", s.max_length >= 8))
     rules.append(("learning_rate", "> 0 (or unset, for auto)", s.learning_rate is None or s.learning_rate > 0))
+    rules.append(("epochs", ">= 1 (or unset, for auto)", s.epochs is None or s.epochs >= 1))
     rules += [(name, ">= 0", getattr(s, name) >= 0) for name in NOT_NEGATIVE]
     rules += [(name, f"one of {allowed}", getattr(s, name) in allowed) for name, allowed in choices.items()]
     return rules + [("text_column", "a column's name", bool(s.text_column))]
@@ -193,6 +190,7 @@ _READERS: dict[str, tuple[Any, str]] = {
     "int": (int, "whole number"),
     "float": (float, "number"),
     "float | None": (lambda t: None if t.lower() in ("", "none", "auto") else float(t), "number (or auto)"),
+    "int | None": (lambda t: None if t.lower() in ("", "none", "auto") else int(t), "whole number (or auto)"),
 }
 
 
@@ -267,10 +265,9 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
 def course_path(relative: str, cwd: str | None = None) -> str:
     """``relative`` (e.g. ``outputs/offline``) under the course's root, as a path relative to ``cwd``.
 
-    The root is the nearest folder at or above ``cwd`` that holds the course (``hp_mlm/`` and
-    ``notebooks/``), else ``cwd`` itself (an installed package, Colab's ``/content``). So
-    ``python -m hp_mlm`` in the repository and a notebook in ``notebooks/`` share ``outputs/<profile>``
-    (the notebook sees it as ``../outputs/<profile>``).
+    The root is the nearest folder at or above ``cwd`` holding ``hp_mlm/`` and ``notebooks/``, else ``cwd``
+    (an installed package, Colab's ``/content``). So ``python -m hp_mlm`` in the repository and a notebook
+    in ``notebooks/`` share ``outputs/<profile>`` (the notebook sees ``../outputs/<profile>``).
     """
     here = Path(cwd or os.getcwd()).resolve()
     for folder in (here, *here.parents):
@@ -280,7 +277,7 @@ def course_path(relative: str, cwd: str | None = None) -> str:
 
 
 def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:
-    """Settings with ``learning_rate``, ``schedule`` and ``precision`` made concrete for this model
+    """Settings with ``learning_rate``, ``schedule``, ``epochs`` and ``precision`` made concrete for this model
     and machine: the one place where ``auto`` is settled (``prepare.prepare`` calls it once).
 
     Unset (``None`` / ``"auto"``) rates and schedules become ``NEW_HEAD``'s when the checkpoint's MLM
@@ -296,5 +293,8 @@ def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:
         settings,
         learning_rate=defaults["learning_rate"] if settings.learning_rate is None else settings.learning_rate,
         schedule=defaults["schedule"] if settings.schedule == "auto" else settings.schedule,
+        epochs=AUTO_EPOCHS["new" if head_newly_initialised else "pretrained"]
+        if settings.epochs is None
+        else settings.epochs,
         precision=resolve_precision(settings.precision),
     )

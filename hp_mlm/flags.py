@@ -52,7 +52,7 @@ def _add_setting_flags(
             f.name
         ] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
-        kind = {"int": int, "float": float, "float | None": float}.get(f.type, str)
+        kind = {"int": int, "int | None": int, "float": float, "float | None": float}.get(f.type, str)
         if f.type == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue

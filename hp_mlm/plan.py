@@ -195,14 +195,9 @@ class TrainingPlan:
 def check_resolved(settings: Settings) -> None:
     """Raise ValueError when a setting left on ``auto`` reaches training (``config.resolve_auto``
     settles it for a model; ``prepare.prepare`` calls it)."""
+    values = {"learning_rate": settings.learning_rate, "schedule": settings.schedule, "epochs": settings.epochs}
     unresolved = [
-        name
-        for name, value in (
-            ("learning_rate", settings.learning_rate),
-            ("schedule", settings.schedule),
-            ("precision", settings.precision),
-        )
-        if value in (None, "auto")
+        name for name, value in {**values, "precision": settings.precision}.items() if value in (None, "auto")
     ]
     if unresolved:
         raise ValueError(

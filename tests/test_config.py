@@ -118,7 +118,8 @@ def test_a_yes_no_variable_reads_every_usual_spelling(raw, value):
     ("name", "raw", "called"),
     [
         ("HP_MLM_PROGRESS", "maybe", "yes/no"),
-        ("HP_MLM_EPOCHS", "three", "whole number"),
+        ("HP_MLM_BATCH_SIZE", "three", "whole number"),
+        ("HP_MLM_EPOCHS", "3.5", "whole number (or auto)"),
         ("HP_MLM_LEARNING_RATE", "x", "number (or auto)"),
     ],
 )
@@ -132,3 +133,44 @@ def test_the_time_budget_has_a_short_variable_and_flag():
 
     assert get_settings("smoke", environ={"HP_MLM_TIME_BUDGET": "2.5"}).time_budget_minutes == 2.5
     assert flag_for("time_budget_minutes") == "--time-budget"
+
+
+def test_the_quick_profile_sets_epochs_by_the_kind_of_head():
+    """A pretrained head needs far fewer epochs than a new one; the quick profile leaves epochs on auto."""
+    from hp_mlm.config import resolve_auto
+    from hp_mlm.profiles import AUTO_EPOCHS
+
+    quick = get_settings("quick", environ={})
+    assert quick.epochs is None and AUTO_EPOCHS["pretrained"] < AUTO_EPOCHS["new"]
+    assert resolve_auto(quick, head_newly_initialised=False).epochs == AUTO_EPOCHS["pretrained"] == 3
+    assert resolve_auto(quick, head_newly_initialised=True).epochs == AUTO_EPOCHS["new"] == 8
+    assert resolve_auto(quick.replace(epochs=5), head_newly_initialised=False).epochs == 5  # a chosen value stays
+    assert get_settings("quick", environ={"HP_MLM_EPOCHS": "auto"}).epochs is None
+    with pytest.raises(ValueError, match=r"`epochs` \(HP_MLM_EPOCHS\) must be >= 1 \(or unset, for auto\), got 0"):
+        get_settings("quick", environ={}, epochs=0)
+
+
+def test_a_plan_refuses_epochs_left_on_auto(smoke_tokenizer, smoke_model):
+    from helpers import SENTENCES, tokenised
+
+    from hp_mlm.plan import plan_training
+
+    settings = get_settings("smoke", environ={}, schedule="linear", learning_rate=1e-3, precision="fp32").replace(
+        epochs=None
+    )
+    with pytest.raises(ValueError, match=r"^epochs still 'auto'"):
+        plan_training(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings)
+
+
+def test_every_numeric_setting_is_read_as_a_number_from_its_flag():
+    """A setting whose type is ``int | None`` or ``float | None`` gets a number from its flag, never text."""
+    from dataclasses import fields
+
+    from hp_mlm.flags import build_parser, flag_for
+
+    numeric = {f.name: f.type for f in fields(Settings) if f.type.split(" |")[0] in ("int", "float")}
+    assert {"epochs", "learning_rate", "time_budget_minutes", "batch_size"} <= set(numeric)
+    argv = ["train"] + [a for name in numeric for a in (flag_for(name), "2")]
+    args = build_parser().parse_args(argv)
+    for name, kind in numeric.items():
+        assert type(getattr(args, name)).__name__ == kind.split(" |")[0], name
