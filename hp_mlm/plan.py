@@ -32,19 +32,19 @@ from .tokens import as_rows, pad_batch, plan_batches
 def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
     """``torch.optim.AdamW`` with no weight decay on biases and LayerNorm weights (as ``run_mlm``).
 
-    (``transformers.AdamW`` was removed from transformers; PyTorch's is the one to use.)
+    PyTorch's (``transformers.AdamW`` is gone), ``fused=True`` where torch has the kernel: the same
+    update in one pass, 4 times faster than the default on a CPU (benchmarks/results/fused_adamw.md).
     """
     decay, no_decay = [], []
     for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        exempt = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
-        if exempt:
-            no_decay.append(param)
-        else:
-            decay.append(param)
+        if param.requires_grad:
+            exempt = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if exempt else decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=learning_rate)
+    try:
+        return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
+    except (RuntimeError, ValueError):  # an older torch, or a device without the fused kernel
+        return torch.optim.AdamW(groups, lr=learning_rate)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float, kind: str = "linear"):
