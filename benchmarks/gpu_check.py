@@ -96,7 +96,7 @@ def run(settings, label: str) -> dict:
     return {
         "label": label,
         "wall_s": round(time.perf_counter() - started, 1),
-        "train_clock_s": round(metrics["seconds"]["train_clock"], 1),
+        "train_clock_s": round(metrics["seconds"]["train_clock"], 3),
         "optimizer_steps": history["optimizer_steps"],
         "skipped_steps": history.get("skipped_steps", 0),
         "precision": metrics["run"]["precision"],
@@ -116,10 +116,11 @@ def rates(result: dict, tokens_per_row: float, settings, ceiling: float | None) 
     batches = max(1, result["optimizer_steps"])
     length = min(settings.max_length, round(tokens_per_row))
     flops = batches * step_flops(config, settings.batch_size, length, round(0.15 * settings.batch_size * length))
-    achieved = flops / result["train_clock_s"]
+    clock = max(result["train_clock_s"], 1e-3)  # a tiny --cpu-smoke run can take under a millisecond
+    achieved = flops / clock
     out = {
-        "steps_per_s": round(result["optimizer_steps"] / result["train_clock_s"], 2),
-        "real_tokens_per_s": round(tokens / result["train_clock_s"]),
+        "steps_per_s": round(result["optimizer_steps"] / clock, 2),
+        "real_tokens_per_s": round(tokens / clock),
         "achieved_tflops": round(achieved / 1e12, 2),
     }
     if ceiling:

@@ -106,7 +106,8 @@ def check_versions(
         )
 
 
-if sys.argv[1:2] != ["doctor"]:  # `python -m hp_mlm doctor` reports a wrong version instead of stopping on it
+# `python -m hp_mlm doctor` (or `hp-mlm doctor`) reports a wrong version instead of stopping on it
+if not (sys.argv[1:2] == ["doctor"] and os.path.basename(sys.argv[0]) in ("-m", "hp-mlm", "__main__.py")):
     check_versions()
 # Quiet the tokenizers fork warning that older versions print into notebooks (a user's value wins).
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

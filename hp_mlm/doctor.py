@@ -170,10 +170,12 @@ def required_missing(lines: list[str], problems: list[str]) -> None:
     """A profile's model or dataset that is missing, or Hub-only with the Hub out of reach, is a problem."""
     hub_down = any(line.startswith("hub ") and ("NOT reachable" in line or "offline (" in line) for line in lines)
     for line in lines:
-        what = line.split(" ", 1)[0]
-        if what in ("model", "dataset") and ("MISSING" in line or (hub_down and "needs the Hub" in line)):
+        what, source = line.split(" ", 1)[0], line.split(": ", 1)[-1]
+        if what in ("model", "dataset") and "MISSING" in line:
+            problems.append(f"the profile's {what} is missing ({source})")
+        elif what in ("model", "dataset") and hub_down and "needs the Hub" in line:
             problems.append(
-                f"the profile's {what} cannot be loaded here ({line.split(':', 1)[1].strip()}): "
+                f"the profile's {what} cannot be loaded here ({source}): "
                 "use HP_MLM_PROFILE=offline (no Hub), or prepare the cache beforehand (docs/teaching.md)"
             )
 

