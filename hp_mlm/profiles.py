@@ -63,8 +63,8 @@ PRETRAINED_HEAD = {"learning_rate": 5e-5, "schedule": "linear"}
 
 #: Epochs for a profile that leaves them on auto (None), by the kind of MLM head: a pretrained head needs
 #: far fewer (3, as Devlin et al. 2019 and the course's default) than a new, random one (8: the quick
-#: profile's, benchmarks/results/main_job_quick.md). A bert-base step of 16 x 128 tokens takes about 6 s on
-#: 2 CPU cores (benchmarks/results/ceiling.md), so 3 epochs of 540 rows keep the quick job within 15 minutes.
+#: profile's, benchmarks/results/main_job_quick.md). At bert-base size on 2 CPU cores in bf16 the whole quick job
+#: with 3 epochs took 269 s (benchmarks/results/bert_base_cpu.md), well within a 15-minute workshop slot.
 AUTO_EPOCHS = {"new": 8, "pretrained": 3}
 
 
