@@ -1,13 +1,23 @@
-"""``python -m hp_mlm``: see ``hp_mlm.cli``; ``doctor`` runs before the command line is built, so it
-works with torch or transformers missing."""
+"""``python -m hp_mlm`` and the ``hp-mlm`` script: see ``hp_mlm.cli``. ``doctor`` runs before the
+command line is built (which needs torch), so it works with torch or transformers missing."""
+
+from __future__ import annotations
 
 import sys
 
-if sys.argv[1:2] == ["doctor"]:
-    from .doctor import main as doctor
 
-    sys.exit(doctor(sys.argv[2:]))
+def main(argv: list[str] | None = None) -> int:
+    """Run ``doctor``, else the command line (``cli.main``); returns the exit status."""
+    from .doctor import run_if_asked
 
-from .cli import main  # noqa: E402 - after the doctor's early exit
+    argv = sys.argv[1:] if argv is None else list(argv)
+    status = run_if_asked(argv)
+    if status is not None:
+        return status
+    from .cli import main as cli
 
-sys.exit(main())
+    return cli(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -158,14 +158,9 @@ def _note(message: str) -> None:
 def raised_by_the_package(error: BaseException) -> bool:
     """True when the ``raise`` that threw ``error`` is in hp_mlm's own code (an error raised on purpose,
     with a message for the user), False when it came from a library or Python itself."""
-    import os
+    from .troubleshooting import raised_in
 
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    return tb is not None and os.path.dirname(os.path.abspath(tb.tb_frame.f_code.co_filename)) == os.path.dirname(
-        os.path.abspath(__file__)
-    )
+    return raised_in(error) is not None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -176,12 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
     import warnings
 
-    from .doctor import main as doctor
+    from .doctor import run_if_asked
     from .troubleshooting import pointer
 
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["doctor"]:  # its own flags (and it needs no settings)
-        return doctor(argv[1:])
+    if (status := run_if_asked(argv)) is not None:  # its own flags, and it needs no settings
+        return status
     args = build_parser().parse_args(argv)
     handlers = {
         "train": _cmd_train,

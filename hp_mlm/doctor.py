@@ -46,8 +46,13 @@ def guarded(check: Callable[[], list[str]], name: str) -> list[str]:
     try:
         return check()
     except Exception as error:  # noqa: BLE001 - the doctor reports, it never fails
-        text = str(error).splitlines()[0][:160] if str(error) else ""
-        return [f"{name}: could not check ({type(error).__name__}: {text})"]
+        return [could_not_check(name, error)]
+
+
+def could_not_check(name: str, error: Exception) -> str:
+    """The line of a check that failed: its name and the error's type and first line."""
+    text = str(error).splitlines()[0][:160] if str(error) else ""
+    return f"{name}: could not check ({type(error).__name__}: {text})"
 
 
 def versions(problems: list[str]) -> list[str]:
@@ -157,12 +162,12 @@ def settings_lines(profile: str | None, problems: list[str]) -> tuple[list[str],
     """The active profile's line and its settings (None, with a problem noted, when they cannot be read)."""
     from .config import active_profile, get_settings
 
-    name = profile or active_profile()
     try:
+        name = profile or active_profile()
         settings = get_settings(name)
-    except ValueError as error:
+    except ValueError as error:  # a bad profile name or HP_MLM_ variable: say which, and what is valid
         problems.append(str(error).splitlines()[0])
-        return [row("profile", f"{name}: settings could not be read")], None
+        return [row("profile", "settings could not be read")], None
     return [row("profile", f"{name} (model {settings.model}, data {settings.dataset} [{settings.split}])")], settings
 
 
@@ -188,10 +193,11 @@ def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list
     if problems:  # the rest needs torch and the Hugging Face libraries
         return lines, problems
     lines += guarded(device, "device")
-    held: list = []
-    found = guarded(lambda: held.append(settings_lines(profile, problems)) or held[0][0], "profile")
-    if held and held[0][1] is not None:
-        settings = held[0][1]
+    try:
+        found, settings = settings_lines(profile, problems)
+    except Exception as error:  # noqa: BLE001 - the doctor reports, it never fails
+        found, settings = [could_not_check("profile", error)], None
+    if settings is not None:
         found += guarded(lambda: hub(settings, hub_timeout_s), "hub")
         found += guarded(lambda: disk(settings.output_dir), "disk")
         found += guarded(lambda: notebook_times(settings.profile), "notebooks")
@@ -211,3 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {problem}")
     print("all required parts found" if not problems else "something required is missing: see the error line(s)")
     return 2 if problems else 0
+
+
+def run_if_asked(argv: list[str]) -> int | None:
+    """The doctor's exit status when the command line ``argv`` asks for it (``doctor ...``), else None:
+    the one rule ``python -m hp_mlm``, the ``hp-mlm`` script and ``cli.main`` share."""
+    return main(argv[1:]) if argv[:1] == ["doctor"] else None

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import Callback, TimeBudget, Validate
+from .callbacks import Callback, Validate
 from .checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
 from .common import atomic_write_text, device_kind, generator, process_state
 from .config import Settings
@@ -194,10 +194,9 @@ def train_and_measure(
     s, model = prep.settings, prep.loaded.model
     phase = time.perf_counter()
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
-    callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience)]
-    # a time budget counts this run's training clock: the epoch in progress ends, is validated and checkpointed
-    budget = TimeBudget(60 * s.time_budget_minutes + sum(e["seconds"] for e in plan.history["epochs"]))
-    callbacks += [budget] if s.time_budget_minutes else []
+    # a time budget stops the epoch in progress, which is validated and checkpointed as usual
+    budget = plan.time_budget()
+    callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience), budget]
     if plan.history["optimizer_steps"]:
         log(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "

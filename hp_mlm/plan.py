@@ -21,6 +21,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from .callbacks import TimeBudget
 from .checkpoints import resume_key, resume_state, save_checkpoint
 from .common import MIXED_PRECISION, cpu_process_group, derive_seed, generator
 from .config import Settings
@@ -80,15 +81,13 @@ def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings,
     - ``padding="dataset"``: the original tutorial's data, built once
       (:func:`~hp_mlm.masking.original_batches`: longest-row padding, static masks, labels everywhere).
     """
-    rows = as_rows(rows)  # (1, n) tensors too
     if settings.padding == "dataset":
         static = original_batches(rows, tokenizer, settings.mlm_probability, generator(settings.seed, "original-masks"))
         return [{k: v[i] for k, v in static.items()} for i in range(len(rows))], None
     if settings.mask_once:  # static masks, drawn once: a plain 15% draw (no row given one)
         options = dict(label_all_tokens=settings.label_all_tokens, strategy=settings.masking, at_least_one=False)
-        frozen = freeze_masks(
-            rows, tokenizer, settings.mlm_probability, derive_seed(settings.seed, "static-masks"), **options
-        )
+        seed = derive_seed(settings.seed, "static-masks")
+        frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, seed, **options)
         return frozen, partial(pad_batch, tokenizer=tokenizer)
     collator = MaskingCollator(
         tokenizer,
@@ -131,10 +130,8 @@ def batch_loader(data, batches: Sequence[Sequence[int]], collate_fn, epoch: int)
     """A DataLoader over ``batches`` (lists of row indices) whose rows know their place: row ``j`` of
     batch ``b`` comes back with ``epoch`` and ``b`` (:class:`PositionedRows`)."""
     positioned = [[(epoch, b, row) for row in batch] for b, batch in enumerate(batches)]
-    # Its own generator, so that creating the loader draws nothing from the global RNG (dropout).
-    return DataLoader(
-        PositionedRows(data), batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator()
-    )
+    rows = PositionedRows(data)  # the loader gets its own generator: it draws nothing from the global RNG (dropout)
+    return DataLoader(rows, batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator())
 
 
 @dataclass
@@ -182,6 +179,12 @@ class TrainingPlan:
         skip = self.batches_done if epoch == self.start_epoch else 0
         loader = self.accelerator.prepare(epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch))
         return (self.accelerator.skip_first_batches(loader, skip) if skip else loader), skip
+
+    def time_budget(self) -> TimeBudget:
+        """The run's ``TimeBudget``: ``settings.time_budget_minutes`` of this run's training clock (the
+        minutes of a run it resumes come on top); one that never stops when the setting is 0."""
+        minutes, trained = self.settings.time_budget_minutes, sum(e["seconds"] for e in self.history["epochs"])
+        return TimeBudget(60 * minutes + trained if minutes else math.inf)
 
     def save(self, epoch: int, batches_done: int) -> None:
         """Checkpoint the run (every process calls it) when it has an output folder."""
@@ -248,6 +251,7 @@ def plan_training(
         raise ValueError("no training rows: use a larger split or a smaller validation_fraction")
     accelerator = new_accelerator(settings)
     torch.manual_seed(settings.seed)  # dropout
+    train_rows = as_rows(train_rows)  # (1, n) tensors too, read once as lists
     data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)
     optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay)
     total_steps = optimizer_steps(len(train_rows), settings)
@@ -261,7 +265,7 @@ def plan_training(
     state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
     history = state["history"] if state else new_history(settings, accelerator)
     start = (state["epoch"], state["batches_done"]) if state else (0, 0)
-    lengths = [len(r["input_ids"]) for r in as_rows(train_rows)]
+    lengths = [len(r["input_ids"]) for r in train_rows]
     folder = None if output_dir is None else Path(output_dir)
     return TrainingPlan(
         model,

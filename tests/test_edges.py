@@ -33,23 +33,17 @@ def saved_smoke(tmp_path_factory):
 # C04: a batch with nothing masked ---------------------------------------------------------------
 
 
+def one_row_batches(**changes):
+    """Smoke settings for one row per batch, in order, at a fixed rate and linear schedule."""
+    fixed = dict(batch_size=1, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
+    return get_settings("smoke", environ={}, group_by_length=False, **fixed, **changes)
+
+
 def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_tokenizer, smoke_model):
     hi = tokenised(smoke_tokenizer, ["Hi."])
     collator = MaskingCollator(smoke_tokenizer, 0.15, seed=1)
     assert not (collator(hi)["labels"] != IGNORE_INDEX).any()  # the case's input: nothing masked
-    settings = get_settings(
-        "smoke",
-        environ={},
-        epochs=1,
-        batch_size=1,
-        progress=False,
-        checkpoint_every=0,
-        learning_rate=1e-3,
-        schedule="linear",
-        seed=1,
-        group_by_length=False,
-    )
-    history = fit(smoke_model, smoke_tokenizer, hi, settings)
+    history = fit(smoke_model, smoke_tokenizer, hi, one_row_batches(epochs=1, seed=1))
     assert history["batches_without_masks"] == 1
     assert history["optimizer_steps"] == 0 and history["steps"] == []
     assert history["epochs"][0]["train_loss"] is None  # not 0.0
@@ -57,18 +51,7 @@ def test_a_batch_with_nothing_masked_takes_no_step_and_logs_no_zero_loss(smoke_t
 
 def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, ["Hi."] * 6 + SENTENCES)
-    settings = get_settings(
-        "smoke",
-        environ={},
-        epochs=2,
-        batch_size=1,
-        progress=False,
-        checkpoint_every=0,
-        learning_rate=1e-3,
-        schedule="linear",
-        group_by_length=False,
-    )
-    history = fit(smoke_model, smoke_tokenizer, rows, settings)
+    history = fit(smoke_model, smoke_tokenizer, rows, one_row_batches(epochs=2))
     skipped = history["batches_without_masks"]
     assert skipped > 0
     assert history["optimizer_steps"] == 2 * len(rows) - skipped == len(history["steps"])
