@@ -15,6 +15,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from hp_mlm.checkpoints import latest_checkpoint
+
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "03_training.ipynb"
 
 
@@ -31,7 +33,7 @@ def code_cells(nb, until: str) -> list[tuple[int, dict]]:
 
 def kill_at_first_checkpoint(client: NotebookClient, folder: Path, timeout_s: float = 120) -> None:
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not any(folder.glob("step-*")):
+    while time.monotonic() < deadline and latest_checkpoint(folder.parent) is None:  # complete, latest.json written
         time.sleep(0.05)
     os.kill(client.km.provisioner.pid, signal.SIGKILL)  # as a recycled runtime: no chance to save anything
 
