@@ -333,8 +333,8 @@ class Monitor:
 def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """Train one recipe for the budget, validating periodically; evaluate and score probes at the end."""
     from hp_mlm.evaluation import evaluate
-    from hp_mlm.inference import load_probes, score_probes
     from hp_mlm.plan import plan_training
+    from hp_mlm.probes import load_probes, score_probes
     from hp_mlm.training import train
 
     load_start, began = os.getloadavg(), time.perf_counter()
@@ -462,7 +462,7 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
-    from hp_mlm.inference import load_probes, score_probes
+    from hp_mlm.probes import load_probes, score_probes
 
     load_start = os.getloadavg()
     began = time.perf_counter()

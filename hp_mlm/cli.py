@@ -32,6 +32,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         resume=args.resume,
         push_to_hub=args.push_to_hub,
         log=lambda line: print(as_flags(line)),
+        candidates=args.candidates,
     )
     if not process_state().is_main_process:  # under accelerate launch, one report
         return 0
@@ -61,20 +62,27 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from .inference import fill_mask
     from .models import load_model
 
+    if args.max_pieces < 1:  # before the model loads
+        raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
     model_name = args.model or default_model(get_settings(args.profile), log=_note)
     loaded = load_model(model_name)
     loaded.model.to(run_device())
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
     top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
-    results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k=top_k, targets=targets)
+    results = fill_mask(
+        loaded.model,
+        loaded.tokenizer,
+        args.sentences,
+        top_k=top_k,
+        targets=targets,
+        whole_words=args.whole_words,
+        max_pieces=args.max_pieces,
+    )
     if args.json:
         print(
             json.dumps(
                 [
-                    [
-                        [{"token": c["token"], "score": c["score"], "is_subword": c["is_subword"]} for c in mask]
-                        for mask in sentence
-                    ]
+                    [[{k: c[k] for k in ("token", "score", "is_subword", "pieces")} for c in mask] for mask in sentence]
                     for sentence in results
                 ],
                 indent=2,
@@ -92,6 +100,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 def _answer(candidate: dict[str, Any]) -> str:
     """One answer as text: the token, "(piece)" for a word piece, its probability (small ones as 1.2e-05)."""
     piece = " (piece)" if candidate["is_subword"] else ""
+    if len(candidate["pieces"]) > 1:
+        piece = f" ({' '.join(candidate['pieces'])})"
     score = candidate["score"]
     return f"{candidate['token']}{piece} " + (f"{score:.3f}" if score >= 0.001 else f"{score:.1e}")
 
@@ -136,7 +146,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)}; choose from {list(DEFAULT_OPTIONS)}")
         options = {k: v for k, v in DEFAULT_OPTIONS.items() if k in args.only}
-    rows = compare_options(settings, options, seeds=args.seeds)
+    from .prepare import default_probes
+    from .probes import load_probes
+
+    shipped = default_probes(settings)  # the corpus's probes with candidates are ranked after each run
+    rows = compare_options(settings, options, seeds=args.seeds, probes=load_probes(shipped) if shipped else None)
     summary = summarise(rows)
     table = options_table(summary)
     out = Path(settings.output_dir)

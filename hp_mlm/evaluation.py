@@ -27,12 +27,15 @@ from .common import (
     process_state,
     sum_across_processes,
 )
-from .masking import IGNORE_INDEX
+from .masking import IGNORE_INDEX, freeze_masks
 from .tokens import pad_batch
-from .words import in_multi_piece_word
+from .words import continuation_table, in_multi_piece_word, word_start_index
 
 #: Kinds of scored token (see :func:`position_kinds`).
 KINDS = ("entity", "other_word", "whole_word", "word_piece")
+#: Kinds of scored word (see :func:`word_sums`): one piece, or several.
+WORD_KINDS = ("one_piece", "multi_piece")
+N_SUMS = 4 + 2 * len(KINDS) + 2 * len(WORD_KINDS)
 
 
 def evaluate(
@@ -58,7 +61,9 @@ def evaluate(
         ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "kinds", "seconds"}``:
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
         cross-entropy in nats, perplexity = exp(mean cross-entropy), top-1 per kind of token
-        (see :func:`position_kinds`; ``{kind: {"top1", "n_positions"}}``), and wall time in seconds.
+        (see :func:`position_kinds`; ``{kind: {"top1", "n_positions"}}``), whole-word top-1 (``words``:
+        ``{"top1", "n_words", "one_piece": {"top1", "n_words"}, "multi_piece": {...}}``, a word right only
+        when all its hidden pieces are; see :func:`word_sums`), and wall time in seconds.
         With no masked position at all ("nothing scored"), the accuracies, cross-entropy and
         perplexity are None and ``n_positions`` is 0, never an accuracy of 0.0.
 
@@ -73,7 +78,7 @@ def evaluate(
     order = sorted(range(len(frozen_rows)), key=lambda i: len(frozen_rows[i]["input_ids"]))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     state = process_state()  # several processes: each scores every N-th batch, then the sums are added
-    totals = [0.0] * (4 + 2 * len(KINDS))
+    totals = [0.0] * N_SUMS
     lower = f"`eval_batch_size` (now {batch_size}); rerun with `resume` to continue from the last checkpoint"
     with inference_mode(model), out_of_memory_in("the held-out evaluation", lower):
         for rows in batches[state.process_index :: state.num_processes]:
@@ -81,6 +86,25 @@ def evaluate(
             sums = batch_sums(model, batch, tokenizer, top_k, precision, device)
             totals = [a + b for a, b in zip(totals, sums)]
     return scores(sum_across_processes(totals), len(frozen_rows), time.perf_counter() - started)
+
+
+def evaluate_whole_words(
+    model: nn.Module,
+    rows: Sequence[dict[str, Any]],
+    tokenizer: PreTrainedTokenizerBase,
+    mlm_probability: float = 0.15,
+    seed: int = 0,
+    batch_size: int = 32,
+    precision: str = "fp32",
+) -> dict[str, Any] | None:
+    """:func:`evaluate` on held-out words hidden whole: masks frozen by ``freeze_masks(...,
+    strategy="whole_word")`` on the tokenised ``rows`` (seeded, so before and after score the same words);
+    read its ``words`` block for whole-word top-1, one-piece and multi-piece words apart. None for a
+    vocabulary without WordPiece ``##`` pieces (no word boundaries to mask by)."""
+    if not bool(continuation_table(tokenizer).any()):
+        return None
+    frozen = freeze_masks(rows, tokenizer, mlm_probability, seed, strategy="whole_word")
+    return evaluate(model, frozen, tokenizer, batch_size, precision=precision)
 
 
 def batch_sums(
@@ -92,11 +116,12 @@ def batch_sums(
     device: torch.device,
 ) -> list[float]:
     """What one padded batch adds to :func:`evaluate`'s sums: ``[positions scored, top-1 hits, top-k
-    hits, summed cross-entropy (nats)]``, then ``top-1 hits, positions`` for each of ``KINDS``."""
+    hits, summed cross-entropy (nats)]``, then ``top-1 hits, positions`` for each of ``KINDS``, then
+    ``words right, words`` for each of ``WORD_KINDS`` (:func:`word_sums`)."""
     labels = batch["labels"].to(device)
     target = labels != IGNORE_INDEX
     if not bool(target.any()):
-        return [0.0] * (4 + 2 * len(KINDS))
+        return [0.0] * N_SUMS
     with autocast(precision, device):
         logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
     logits, gold = logits.float(), labels[target]
@@ -108,7 +133,32 @@ def batch_sums(
     for kind in KINDS:
         selected = found[kind][target.cpu()] if kind in found else torch.zeros(len(gold), dtype=torch.bool)
         sums += [int(right.cpu()[selected].sum()), int(selected.sum())]
-    return sums
+    return sums + word_sums(batch, tokenizer, right.cpu())
+
+
+def word_sums(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase, right: torch.Tensor) -> list[int]:
+    """Scored words: a word is right when every one of its masked pieces is the top-1 prediction.
+
+    Pieces are grouped into words by WordPiece's ``##`` marks on the original (unmasked) ids. Meant for
+    masks frozen whole (``freeze_masks(..., strategy="whole_word")``), where a word's pieces are all
+    hidden together; with token masks a word counts the pieces that happen to be hidden.
+
+    Args:
+        batch: ``input_ids`` and ``labels`` LongTensors[batch, seq_len].
+        right: BoolTensor[n_masked]: top-1 right at each masked position, row-major order.
+    Returns:
+        ``[one-piece words right, one-piece words, multi-piece words right, multi-piece words]``.
+    """
+    labels = batch["labels"]
+    original = torch.where(labels != IGNORE_INDEX, labels, batch["input_ids"])
+    rows, cols = (labels != IGNORE_INDEX).nonzero(as_tuple=True)
+    word = rows * labels.shape[1] + word_start_index(original, tokenizer)[rows, cols]
+    words, which = word.unique(return_inverse=True)
+    wrong = torch.zeros(len(words)).scatter_add_(0, which, (~right).float())
+    multi = torch.zeros(len(words), dtype=torch.bool)
+    multi[which] = in_multi_piece_word(original, tokenizer)[rows, cols]
+    won = wrong == 0
+    return [int(won[~multi].sum()), int((~multi).sum()), int(won[multi].sum()), int(multi.sum())]
 
 
 def perplexity(cross_entropy: float) -> float:
@@ -123,7 +173,10 @@ def perplexity(cross_entropy: float) -> float:
 def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, Any]:
     """:func:`evaluate`'s result from its summed ``totals`` (see :func:`batch_sums`)."""
     n, hits1, hitsk, loss_sum = int(totals[0]), int(totals[1]), int(totals[2]), totals[3]
-    counts = dict(zip(KINDS, zip(totals[4::2], totals[5::2])))
+    per_kind = totals[4 : 4 + 2 * len(KINDS)]
+    counts = dict(zip(KINDS, zip(per_kind[0::2], per_kind[1::2])))
+    word_totals = totals[4 + 2 * len(KINDS) :]
+    word_counts = dict(zip(WORD_KINDS, zip(word_totals[0::2], word_totals[1::2])))
     if n == 0:  # nothing scored: no accuracy at all, not an accuracy of 0.0
         return {
             "top1": None,
@@ -133,6 +186,7 @@ def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, An
             "n_positions": 0,
             "n_rows": n_rows,
             "kinds": {},
+            "words": _words(word_counts),
             "seconds": seconds,
         }
     cross_entropy = loss_sum / n
@@ -149,8 +203,18 @@ def scores(totals: Sequence[float], n_rows: int, seconds: float) -> dict[str, An
         "n_positions": n,
         "n_rows": n_rows,
         "kinds": kinds,
+        "words": _words(word_counts),
         "seconds": seconds,
     }
+
+
+def _words(counts: dict[str, tuple[float, float]]) -> dict[str, Any]:
+    """Whole-word top-1 (every piece right), over all scored words and per ``WORD_KINDS``."""
+    right, n = sum(r for r, _ in counts.values()), sum(c for _, c in counts.values())
+    result: dict[str, Any] = {"top1": right / n if n else None, "n_words": int(n)}
+    for kind, (r, c) in counts.items():
+        result[kind] = {"top1": r / c if c else None, "n_words": int(c)}
+    return result
 
 
 def position_kinds(batch: dict[str, torch.Tensor], tokenizer: PreTrainedTokenizerBase) -> dict[str, torch.Tensor]:

@@ -100,7 +100,13 @@ def _train_flags(sub) -> None:
     t.add_argument(
         "--probes",
         help='a .jsonl of {"text": "... [MASK] ...", "answer": "word"} lines to check '
-        "before/after (default: the probes shipped with the package's corpora, else none)",
+        'before/after, optionally with "candidates": [words] to rank (default: the probes shipped with '
+        "the package's corpora, else none)",
+    )
+    t.add_argument(
+        "--candidates",
+        metavar="FILE",
+        help="words (one per line) ranked at the mask of every probe that lists no candidates of its own",
     )
     t.add_argument("--overwrite", action="store_true", help="replace a model already in --output-dir")
     t.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
@@ -129,14 +135,21 @@ def _predict_flags(sub) -> None:
     )
     p.add_argument(
         "--targets",
-        help="comma-separated words to score instead of the top-k, e.g. potter,smith: "
-        "each word's probability at each mask (each must be one token)",
+        help="comma-separated words to score instead of the top-k, e.g. potter,smith,dumbledore: each "
+        "word's probability at each mask; a word of several pieces is scored whole (PLL-word-l2r)",
     )
+    p.add_argument(
+        "--whole-words",
+        action="store_true",
+        help="predict whole words of up to --max-pieces word pieces at each mask (a beam search), not one token",
+    )
+    p.add_argument("--max-pieces", type=int, default=4, help="with --whole-words: pieces per word at most (default 4)")
     p.add_argument(
         "--json",
         action="store_true",
         help='print JSON: a list per sentence, in it a list per mask, in it {"token": str, '
-        '"score": probability in [0, 1], "is_subword": true for a word piece (##...)}, highest first',
+        '"score": probability in [0, 1], "is_subword": true for a word piece (##...), "pieces": [str]}, '
+        "highest first",
     )
     p.add_argument(
         "--profile",
@@ -174,7 +187,7 @@ def _evaluate_flags(sub) -> None:
 
 
 #: Options that are not settings (``job.run_job``'s and ``study.compare_options``' arguments), named in messages.
-JOB_OPTIONS = ("overwrite", "resume", "probes", "push_to_hub", "seeds")
+JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds")
 
 
 def flag_for(name: str) -> str:

@@ -2,21 +2,22 @@
 
 Taught in ``notebooks/04_evaluation.ipynb``. Gives the same tokens and scores as
 ``transformers.pipeline("fill-mask")`` (a test checks it), also with ``targets`` (score only some
-candidate words), and handles sentences with several masks, long sentences and bad input with clear errors.
+candidate words; a word of several pieces is scored whole by ``scoring.score_words``, where the
+pipeline scores its first piece), predicts whole words with ``whole_words=True``
+(``scoring.predict_words``), and handles sentences with several masks, long sentences and bad input
+with clear errors.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
+from .scoring import predict_words, score_words, with_mask_token, word_pieces
 
 #: The course's example sentences (the last one has two masks).
 EXAMPLE_SENTENCES = (
@@ -27,42 +28,30 @@ EXAMPLE_SENTENCES = (
 )
 
 
-def _with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:
-    """Write the common mask spellings (``[MASK]``, ``<mask>``) as this tokenizer's mask token."""
-    for spelling in ("[MASK]", "<mask>"):
-        if spelling != tokenizer.mask_token:
-            sentence = sentence.replace(spelling, tokenizer.mask_token)
-    return sentence
-
-
-def target_ids(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """The vocabulary ids of ``targets``, each counted once, in the order first given.
+def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, list[str]]]:
+    """Each distinct target with its word pieces, in the order first given.
 
     A target is looked up in the vocabulary as written (so ``"##ing"`` works), else tokenised the way
     the tokenizer sees text (``"Wizard"`` becomes ``"wizard"`` for an uncased tokenizer), as
-    ``pipeline("fill-mask")``'s ``get_target_ids`` does; unlike the pipeline, which keeps only the first
-    piece of a longer word or skips it with a warning, a target that is not one token is refused.
+    ``pipeline("fill-mask")``'s ``get_target_ids`` does. Unlike the pipeline, which keeps only the first
+    piece of a longer word (so ``"hermione"`` is scored as ``"her"``), a word of several pieces keeps all
+    of them and is scored whole (``scoring.score_words``). Targets with the same pieces count once.
 
     Raises:
-        ValueError: no targets; a target that the tokenizer splits into several pieces (the message
-            shows them), that becomes no token or the unknown token.
+        ValueError: no targets; a target that becomes no token or holds the unknown token (the message
+            names its pieces).
     """
     targets = [targets] if isinstance(targets, str) else list(targets)
     if not targets:
         raise ValueError("targets is empty; pass at least one word, or targets=None to rank the whole vocabulary")
-    vocab, ids = tokenizer.get_vocab(), []
-    rule = (
-        f"a target must be a single token of this tokenizer's vocabulary of {len(tokenizer):,} tokens "
-        "(try a shorter or more common word)"
-    )
+    found: dict[tuple[str, ...], str] = {}
     for target in targets:
-        pieces = [target] if target in vocab else tokenizer.tokenize(target)
-        if len(pieces) > 1:
-            raise ValueError(f"target {target!r} is split into the pieces {pieces}; {rule}")
-        if not pieces or pieces[0] == tokenizer.unk_token:
-            raise ValueError(f"target {target!r} becomes {pieces[0] if pieces else 'no token'}; {rule}")
-        ids.append(vocab[pieces[0]])
-    return list(dict.fromkeys(ids))  # a target given twice (or as "Wizard" and "wizard") counts once
+        try:
+            pieces = word_pieces(target, tokenizer)
+        except ValueError as error:
+            raise ValueError(f"target {target!r}: {error}") from None
+        found.setdefault(tuple(pieces), target)  # "Wizard" and "wizard" (or a target given twice) count once
+    return [(word, list(pieces)) for pieces, word in found.items()]
 
 
 def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, limit: int) -> list[str]:
@@ -73,7 +62,7 @@ def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, 
             raise ValueError(
                 f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing"
             )
-        text = _with_mask_token(sentence, tokenizer)
+        text = with_mask_token(sentence, tokenizer)
         full = tokenizer(text, truncation=False)["input_ids"]
         n_masks = sum(1 for t in full if t == tokenizer.mask_token_id)
         if n_masks == 0:
@@ -98,6 +87,8 @@ def fill_mask(
     top_k: int = 5,
     max_length: int | None = None,
     targets: Sequence[str] | str | None = None,
+    whole_words: bool = False,
+    max_pieces: int = 4,
 ) -> list[list[list[dict[str, Any]]]]:
     """Top-k candidates for every mask token in every sentence, masks in left-to-right order.
 
@@ -110,17 +101,23 @@ def fill_mask(
         top_k: candidates per mask, 1 to the model's vocabulary size. With ``targets``, at most
             ``min(top_k, number of distinct targets)`` come back, as in the pipeline.
         max_length: tokens per sentence after truncation; default the tokenizer's/model's limit.
-        targets: optional words to score instead of the whole vocabulary (see :func:`target_ids`).
-            Each keeps its probability in the softmax over the *whole* vocabulary, so their scores
-            can sum to less than 1 (``pipeline("fill-mask")(..., targets=...)`` gives the same).
+        targets: optional words to score instead of the whole vocabulary (see :func:`target_words`).
+            A one-piece target keeps its probability in the softmax over the *whole* vocabulary, so
+            scores can sum to less than 1 (``pipeline("fill-mask")(..., targets=...)`` gives the same);
+            a word of several pieces is scored whole, by PLL-word-l2r (``scoring.score_words``), at
+            the place the mask marks.
+        whole_words: predict whole words of 1 to ``max_pieces`` pieces at each mask instead of one
+            token (``scoring.predict_words``: a beam of 5, ``max_pieces`` forward passes per mask).
     Returns:
         ``result[s][m]`` is the list for mask ``m`` of sentence ``s``: ``top_k`` dicts (fewer with ``targets``)
-        ``{"token": str, "token_id": int, "score": float in [0, 1], "is_subword": bool}``, highest
-        score first. ``is_subword`` flags a continuation piece (``##...``), not a whole word.
+        ``{"token": str, "token_id": int or None, "score": float in [0, 1], "is_subword": bool,
+        "pieces": [str]}``, highest score first. ``is_subword`` flags a continuation piece (``##...``) given
+        alone, not a whole word; ``pieces`` are the word's pieces (one for a token); ``token_id`` is None
+        for a word of several pieces.
     Raises:
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
             shows the tokenizer's mask token); a mask that truncation at ``max_length`` would cut
-            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_ids`).
+            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`).
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
     if isinstance(sentences, str):
@@ -135,9 +132,11 @@ def fill_mask(
         raise ValueError(
             f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
         )
-    chosen = None if targets is None else torch.tensor(target_ids(targets, tokenizer))
+    chosen = None if targets is None else target_words(targets, tokenizer)
     limit = max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
     texts = _masked_texts(sentences, tokenizer, limit)
+    if whole_words:
+        return [_whole_words(model, tokenizer, text, top_k, max_pieces, limit) for text in texts]
     device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
     lower = f"`max_length` (now {limit}) or pass fewer sentences at once (now {len(texts)})"
@@ -147,92 +146,57 @@ def fill_mask(
     for row in range(len(texts)):
         positions = (enc["input_ids"][row] == tokenizer.mask_token_id).nonzero().flatten().tolist()
         per_mask = []
-        for pos in positions:
+        for m, pos in enumerate(positions):
             probs = logits[row, pos].float().softmax(dim=-1)  # over the whole vocabulary, targets or not
             if chosen is None:
                 scores, ids = probs.topk(top_k)
-            else:  # rank the targets only
-                scores, places = probs[chosen].topk(min(top_k, len(chosen)))
-                ids = chosen[places]
-            pieces = tokenizer.convert_ids_to_tokens(ids.tolist())
-            per_mask.append(
-                [
-                    {
-                        "token": tokenizer.decode([token_id]),
-                        "token_id": token_id,
-                        "score": score,
-                        "is_subword": piece.startswith("##"),
-                    }
-                    for token_id, score, piece in zip(ids.tolist(), scores.tolist(), pieces)
-                ]
-            )
+                per_mask.append([_token(tokenizer, i, p) for i, p in zip(ids.tolist(), scores.tolist())])
+            else:
+                per_mask.append(_targets_at(model, tokenizer, texts[row], m, probs, chosen, top_k, limit))
         results.append(per_mask)
     return results
 
 
-def normalise_answer(answer: str, tokenizer: PreTrainedTokenizerBase) -> str:
-    """An answer as the tokenizer sees it (lower-cased, accents stripped for uncased BERT)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None and backend.normalizer is not None:
-        return backend.normalizer.normalize_str(answer).strip()
-    return answer.strip().lower()
-
-
-def load_probes(path: str | Path) -> list[dict[str, str]]:
-    """Read a ``.jsonl`` file of ``{"text": "... [MASK] ...", "answer": "word"}`` lines.
-
-    Raises:
-        FileNotFoundError: the file does not exist.
-        ValueError: a line that is not JSON, lacks ``text``/``answer`` or a ``[MASK]`` (names the line
-            number), or a file without any probe.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"probes file {str(path)!r} does not exist")
-    probes = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{number} is not valid JSON ({error.msg})") from None
-        if not isinstance(item, dict) or "text" not in item or "answer" not in item:
-            raise ValueError(f"{path}:{number} needs both 'text' and 'answer'")
-        if not any(spelling in str(item["text"]) for spelling in ("[MASK]", "<mask>")):
-            raise ValueError(f"{path}:{number}: the text has no [MASK] where the answer goes")
-        probes.append({"text": str(item["text"]), "answer": str(item["answer"])})
-    if not probes:
-        raise ValueError(f"probes file {str(path)!r} holds no probe; write one JSON object per line")
-    return probes
-
-
-def score_probes(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, probes: Sequence[dict[str, str]], top_k: int = 5
-) -> dict[str, Any]:
-    """Fill-mask on each probe's first mask and compare with its answer, normalised as the tokenizer does.
-
-    Returns:
-        ``{"hits_top1", "hits_topk", "n", "rows": [{"text", "answer", "top1", "topk", "hit_top1", "hit_topk"}]}``.
-    """
-    predictions = fill_mask(model, tokenizer, [p["text"] for p in probes], top_k=top_k) if probes else []
-    rows = []
-    for probe, prediction in zip(probes, predictions):
-        answer = normalise_answer(probe["answer"], tokenizer)
-        tokens = [c["token"].strip() for c in prediction[0]]
-        rows.append(
-            {
-                "text": probe["text"],
-                "answer": answer,
-                "top1": tokens[0],
-                "topk": tokens,
-                "hit_top1": tokens[0] == answer,
-                "hit_topk": answer in tokens,
-            }
-        )
+def _token(tokenizer: PreTrainedTokenizerBase, token_id: int, score: float) -> dict[str, Any]:
+    """One answer that is one vocabulary token."""
+    piece = tokenizer.convert_ids_to_tokens(token_id)
     return {
-        "hits_top1": sum(r["hit_top1"] for r in rows),
-        "hits_topk": sum(r["hit_topk"] for r in rows),
-        "n": len(rows),
-        "rows": rows,
+        "token": tokenizer.decode([token_id]),
+        "token_id": token_id,
+        "score": score,
+        "is_subword": piece.startswith("##"),
+        "pieces": [piece],
     }
+
+
+def _targets_at(model, tokenizer, text, mask_index, probs, chosen, top_k, limit) -> list[dict[str, Any]]:
+    """The targets ranked at one mask: one-piece ones from ``probs`` (as the pipeline scores them), the
+    others by ``scoring.score_words`` (several masks in that place, PLL-word-l2r)."""
+    ids = [tokenizer.convert_tokens_to_ids(p[0]) for _, p in chosen if len(p) == 1]
+    answers = [_token(tokenizer, i, probs[i].item()) for i in ids]
+    longer = [word for word, p in chosen if len(p) > 1]
+    if longer:
+        for item in score_words(model, tokenizer, text, longer, mask_index=mask_index, max_length=limit):
+            word = tokenizer.convert_tokens_to_string(item["pieces"]).strip()
+            answers.append(
+                {"token": word, "token_id": None, "score": item["score"], "is_subword": False, "pieces": item["pieces"]}
+            )
+    return sorted(answers, key=lambda a: -a["score"])[: min(top_k, len(chosen))]
+
+
+def _whole_words(model, tokenizer, text, top_k, max_pieces, limit) -> list[list[dict[str, Any]]]:
+    """``scoring.predict_words`` at every mask of one sentence, as ``fill_mask`` answers."""
+    n_masks = sum(1 for t in tokenizer(text)["input_ids"] if t == tokenizer.mask_token_id)
+    return [
+        [
+            {
+                "token": w["word"],
+                "token_id": w["piece_ids"][0] if w["n_pieces"] == 1 else None,
+                "score": w["score"],
+                "is_subword": False,
+                "pieces": w["pieces"],
+            }
+            for w in predict_words(model, tokenizer, text, top_k, max_pieces, mask_index=m, max_length=limit)
+        ]
+        for m in range(n_masks)
+    ]

@@ -17,11 +17,12 @@ from .callbacks import Callback, Validate
 from .checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
 from .common import atomic_write_text, device_kind, generator, process_state
 from .config import Settings
-from .evaluation import evaluate, original_tutorial_accuracy
+from .evaluation import evaluate, evaluate_whole_words, original_tutorial_accuracy
 from .hub import hub_token, upload_model
-from .inference import EXAMPLE_SENTENCES, fill_mask, load_probes, score_probes
+from .inference import EXAMPLE_SENTENCES, fill_mask
 from .plan import plan_training
 from .prepare import Prepared, check_inputs, prepare
+from .probes import load_probes, read_candidates, score_probes
 from .report import changed_probes
 from .training import train
 
@@ -56,13 +57,15 @@ def run_job(
     resume: bool = False,
     log: Callable[[str], None] = print,
     push_to_hub: str | None = None,
+    candidates: str | Path | None = None,
 ) -> dict[str, Any]:
     """The whole main job; writes ``model/``, ``metrics.json``, ``history.json`` and two PNG plots.
 
     Each thing is measured once: the "after" is the last epoch's validation (or, with early
     stopping, the best epoch's, whose weights the model then holds). With ``push_to_hub="user/name"``
     the saved model folder is uploaded to that Hub repository at the end (a Hugging Face token is
-    checked for before training starts).
+    checked for before training starts). ``candidates``: a file of words ranked at every probe's mask
+    that lists none of its own (``probes.read_candidates``).
 
     Returns:
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
@@ -76,7 +79,7 @@ def run_job(
     out = Path(settings.output_dir)
     state = process_state()  # under accelerate launch: every process trains, process 0 logs and writes
     log = log if state.is_main_process else (lambda _: None)
-    probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log)
+    probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log, candidates)
     prep = prepare(settings, inputs_checked=True)
     log_data(prep, log)
     seconds = dict(prep.seconds)
@@ -110,12 +113,14 @@ def check_before_loading(
     resume: bool,
     push_to_hub: str | None,
     log: Callable[[str], None],
-) -> list[dict[str, str]]:
+    candidates: str | Path | None = None,
+) -> list[dict[str, Any]]:
     """Every check that needs no model, in the order a user would fix them: the paths given, the
     probes file, the output folder, a checkpoint to resume, the Hub token. Returns the probes."""
     out = Path(settings.output_dir)
     check_inputs(settings, probes=probes)
-    probe_list = load_probes(probes) if probes else []  # a broken probes file is found before any loading
+    shared = read_candidates(candidates) if candidates else None  # broken files are found before any loading
+    probe_list = load_probes(probes, shared) if probes else []
     check_output_dir(out, overwrite, resume)
     if resume and latest_checkpoint(out) is None:
         if (out / MODEL_DIR).exists():
@@ -163,6 +168,9 @@ def measure(prep: Prepared, model, when: str, probe_list: list | None = None, he
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
     result["original"] = original_tutorial_accuracy(
         model, tok, sample, generator(s.seed, f"original-{when}"), s.max_length, s.eval_batch_size, s.precision
+    )
+    result["whole_words"] = evaluate_whole_words(
+        model, prep.validation_tokens, tok, s.mlm_probability, s.seed, s.eval_batch_size, s.precision
     )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
@@ -237,6 +245,7 @@ def collect_metrics(
         "before": before["held_out"],
         "after": after["held_out"],
         "original_tutorial_accuracy": {"before": before["original"], "after": after["original"], "rows": rows_note},
+        "whole_words": {"before": before["whole_words"], "after": after["whole_words"]},
         "probes": {
             "before": before["probes"],
             "after": after["probes"],

@@ -26,18 +26,51 @@ def format_report(metrics: dict[str, Any]) -> str:
         f"{'perplexity':<28}{b['perplexity']:>10.1f}{a['perplexity']:>10.1f}",
         f"{'masked tokens scored':<28}{b['n_positions']:>10}{a['n_positions']:>10}",
     ]
+    for kind, label in (("whole_word", "  top-1, one-piece words"), ("word_piece", "  top-1, in longer words")):
+        bk, ak = b.get("kinds", {}).get(kind, {}), a.get("kinds", {}).get(kind, {})
+        if bk.get("top1") is not None and ak.get("top1") is not None:
+            lines.append(f"{label:<28}{bk['top1']:>10.1%}{ak['top1']:>10.1%}  of {ak['n_positions']}")
     o = metrics["original_tutorial_accuracy"]
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
+    lines += _whole_word_lines(metrics.get("whole_words") or {})
     p = metrics["probes"]
     if p["after"]["n"]:
-        lines.append(
-            f"{'probes right (top-1)':<28}{p['before']['hits_top1']:>10}{p['after']['hits_top1']:>10}  of {p['after']['n']}"
-        )
+        lines += _probe_lines(p["before"], p["after"])
     lines.append("")
     for example in metrics["examples"]:
         guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
         lines.append(f"{example['text']}  ->  {guesses}")
     for row in p["after"]["rows"]:
         mark = "right" if row["hit_top1"] else "wrong"
-        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']})")
+        pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
+        lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']}{pieces})")
     return "\n".join(lines)
+
+
+def _whole_word_lines(words: dict[str, Any]) -> list[str]:
+    """Held-out words hidden whole, right only when every piece is: all, then the multi-piece ones."""
+    b, a = words.get("before"), words.get("after")
+    if not b or not a or not b["words"]["n_words"]:
+        return []
+    bw, aw = b["words"], a["words"]
+    lines = [f"{'whole words right (top-1)':<28}{bw['top1']:>10.1%}{aw['top1']:>10.1%}  of {aw['n_words']}"]
+    if aw["multi_piece"]["n_words"]:
+        bm, am = bw["multi_piece"], aw["multi_piece"]
+        lines.append(f"{'  of several pieces':<28}{bm['top1']:>10.1%}{am['top1']:>10.1%}  of {am['n_words']}")
+    return lines
+
+
+def _probe_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Probe hits, one-piece and multi-piece answers apart, and the rank among candidates where given."""
+    lines = [f"{'probes right (top-1)':<28}{before['hits_top1']:>10}{after['hits_top1']:>10}  of {after['n']}"]
+    kinds = after.get("by_kind", {})
+    for kind, label in (("one_piece", "  one-piece answers"), ("multi_piece", "  of several pieces")):
+        if kinds.get(kind, {}).get("n") and kinds.get("multi_piece", {}).get("n"):
+            b, a = before["by_kind"][kind], kinds[kind]
+            lines.append(f"{label + ' (top-k)':<28}{b['hits_topk']:>10}{a['hits_topk']:>10}  of {a['n']}")
+    if after.get("n_with_candidates"):
+        label = "ranked first of candidates"
+        lines.append(
+            f"{label:<28}{before['candidates_top1']:>10}{after['candidates_top1']:>10}  of {after['n_with_candidates']}"
+        )
+    return lines

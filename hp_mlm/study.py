@@ -15,10 +15,11 @@ from typing import Any
 
 from .callbacks import Validate
 from .config import Settings
-from .evaluation import evaluate
+from .evaluation import evaluate, evaluate_whole_words
 from .models import load_model
 from .plan import plan_training
 from .prepare import prepare
+from .probes import candidate_rank
 from .training import train
 
 #: The options ``compare_options`` measures by default: name -> settings changed from the course's.
@@ -39,9 +40,10 @@ def compare_options(
     options: dict[str, dict[str, Any]] | None = None,
     seeds: int = 3,
     log: Callable[[str], None] = print,
+    probes: Sequence[dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
     """Fine-tune once per option and seed from the same start, on the same rows, and score each on
-    the same frozen validation masks.
+    the same frozen validation masks, and on held-out words hidden whole.
 
     Seeds ``settings.seed``, ``+1``, ... change the new head's initialisation (if any), the
     shuffling, the masks and dropout; the split and the held-out masks stay those of ``settings.seed``.
@@ -49,9 +51,13 @@ def compare_options(
     Args:
         options: name -> settings to change (default ``DEFAULT_OPTIONS``).
         seeds: runs per option (>= 1).
+        probes: probes (``probes.load_probes``); those that list ``candidates`` are ranked after each
+            run (``names_ranked_first``).
     Returns:
         One dict per run: ``option``, ``seed``, ``top1``, ``top5`` (fractions), ``perplexity``,
-        ``entity_top1``, ``word_piece_top1`` (None when nothing of that kind was scored),
+        ``entity_top1``, ``word_piece_top1``, ``multi_piece_words_top1`` (held-out words of several
+        pieces hidden whole, right when every piece is), ``names_ranked_first`` (share of the probes with
+        candidates whose answer ranks first) (each None when nothing of that kind was scored),
         ``epochs_run``, ``seconds``; the first row is the model before training (``seed`` None).
     Raises:
         ValueError: ``seeds`` < 1.
@@ -65,7 +71,21 @@ def compare_options(
     def score(model) -> dict[str, Any]:
         return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
 
-    rows = [_row("before fine-tuning", None, score(prep.loaded.model), 0, 0.0)]
+    named = [p for p in probes or [] if p.get("candidates")]
+
+    def final(model) -> dict[str, Any]:
+        """``score`` and the word-level measures, once per run (not every epoch)."""
+        words = evaluate_whole_words(
+            model, prep.validation_tokens, tok, base.mlm_probability, base.seed, base.eval_batch_size, base.precision
+        )
+        ranks = [candidate_rank(model, tok, p)[0] for p in named]
+        return {
+            **score(model),
+            "multi_piece_words_top1": words["words"]["multi_piece"]["top1"] if words else None,
+            "names_ranked_first": sum(r == 1 for r in ranks) / len(ranks) if ranks else None,
+        }
+
+    rows = [_row("before fine-tuning", None, final(prep.loaded.model), 0, 0.0)]
     for name, changes in options.items():
         for k in range(seeds):
             run = base.replace(seed=base.seed + k, **changes)
@@ -73,7 +93,8 @@ def compare_options(
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             history = train(plan_training(model, tok, prep.train_tokens, run), callbacks)
-            rows.append(_row(name, run.seed, score(model), len(history["epochs"]), time.perf_counter() - started))
+            seconds = time.perf_counter() - started
+            rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
             log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")
     return rows
 
@@ -88,9 +109,24 @@ def _row(name: str, seed: int | None, result: dict[str, Any], epochs: int, secon
         "perplexity": result["perplexity"],
         "entity_top1": kinds.get("entity", {}).get("top1"),
         "word_piece_top1": kinds.get("word_piece", {}).get("top1"),
+        "multi_piece_words_top1": result.get("multi_piece_words_top1"),
+        "names_ranked_first": result.get("names_ranked_first"),
         "epochs_run": epochs,
         "seconds": seconds,
     }
+
+
+#: What :func:`summarise` summarises per option.
+METRICS = (
+    "top1",
+    "top5",
+    "perplexity",
+    "entity_top1",
+    "word_piece_top1",
+    "multi_piece_words_top1",
+    "names_ranked_first",
+    "seconds",
+)
 
 
 def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -102,7 +138,7 @@ def summarise(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for item in summary.values():
         entry: dict[str, Any] = {"option": item["option"], "n": len(item["runs"])}
-        for metric in ("top1", "top5", "perplexity", "entity_top1", "word_piece_top1", "seconds"):
+        for metric in METRICS:
             values = [r[metric] for r in item["runs"] if r[metric] is not None]
             entry[metric] = (
                 {"mean": statistics.fmean(values), "min": min(values), "max": max(values)} if values else None
@@ -123,13 +159,16 @@ def options_table(summary: Sequence[dict[str, Any]]) -> str:
         mean, low, high = (scale * stat[k] for k in ("mean", "min", "max"))
         return f"{mean:.{digits}f}" if low == high else f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
+    names = any(s.get("names_ranked_first") for s in summary)  # a column only where probes had candidates
     lines = [
-        "| option | runs | top-1 % | top-5 % | entity top-1 % | perplexity |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| option | runs | top-1 % | top-5 % | entity top-1 % | perplexity | words of several pieces right %"
+        + (" | names ranked first % |" if names else " |"),
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---:" + (" | ---: |" if names else " |"),
     ]
     for s in summary:
         lines.append(
             f"| {s['option']} | {s['n']} | {cell(s['top1'])} | {cell(s['top5'])} | "
-            f"{cell(s['entity_top1'])} | {cell(s['perplexity'], 1.0, 0)} |"
+            f"{cell(s['entity_top1'])} | {cell(s['perplexity'], 1.0, 0)} | {cell(s.get('multi_piece_words_top1'))} |"
+            + (f" {cell(s.get('names_ranked_first'))} |" if names else "")
         )
     return "\n".join(lines)

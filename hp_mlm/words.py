@@ -39,6 +39,16 @@ def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     return _per_tokenizer(tokenizer, "continuation", lambda tokens: torch.tensor([t.startswith("##") for t in tokens]))
 
 
+def wordlike_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[vocab]: True for ids whose text (``##`` mark aside) holds a letter or digit, i.e. can be
+    part of a word; punctuation and symbols are False. Computed once per tokenizer."""
+    return _per_tokenizer(
+        tokenizer,
+        "wordlike",
+        lambda tokens: torch.tensor([any(c.isalnum() for c in t.removeprefix("##")) for t in tokens]),
+    )
+
+
 def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """LongTensor[n]: the ordinary token ids that ``strategy="bert"`` draws its random replacements from.
 

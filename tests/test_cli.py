@@ -52,7 +52,7 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
     assert result.returncode == 0, result.stderr
     parsed = json.loads(result.stdout)
     assert [len(s) for s in parsed] == [1, 2] and all(len(m) == 3 for s in parsed for m in s)
-    assert set(parsed[0][0][0]) == {"token", "score", "is_subword"}
+    assert set(parsed[0][0][0]) == {"token", "score", "is_subword", "pieces"}
     # C18b: with enough candidates some are word pieces; the JSON says so wherever the text marks "(piece)"
     from hp_mlm.models import build_smoke_tokenizer
 
@@ -61,6 +61,28 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
     flags = [c["is_subword"] for c in json.loads(cli(*wide, "--json").stdout)[0][0]]
     text = cli(*wide).stdout
     assert 0 < sum(flags) == text.count("(piece)")
+
+
+def test_predict_scores_targets_of_several_pieces_and_whole_words(smoke_run):
+    """C46 (c): a multi-piece target is scored whole, one answer per distinct target, with its pieces."""
+    out, _ = smoke_run
+    model = ["--model", str(out / "model")]
+    # in the smoke vocabulary "above" is a ##bo ##ve and "a" one token: two distinct targets, "Above" the same word
+    result = cli("predict", "Mira [MASK] was a student.", "--targets", "above,a,Above", *model, "--json")
+    assert result.returncode == 0, result.stderr
+    (answers,) = json.loads(result.stdout)[0]
+    assert sorted((a["token"], tuple(a["pieces"])) for a in answers) == [
+        ("a", ("a",)),
+        ("above", ("a", "##bo", "##ve")),
+    ]
+    text = cli("predict", "Mira [MASK] was a student.", "--targets", "above,a", *model).stdout
+    assert "above (a ##bo ##ve)" in text
+    whole = cli("predict", "Mira [MASK] was a student.", "--whole-words", "--max-pieces", "3", *model, "--json")
+    assert whole.returncode == 0, whole.stderr
+    words = json.loads(whole.stdout)[0][0]
+    assert len(words) == 5 and all(1 <= len(w["pieces"]) <= 3 and not w["pieces"][0].startswith("##") for w in words)
+    bad = cli("predict", "Mira [MASK].", "--whole-words", "--max-pieces", "0", *model)
+    assert bad.returncode == 2 and "--max-pieces must be >= 1" in bad.stderr
 
 
 def test_evaluate_cli_prints_the_metrics(smoke_run):

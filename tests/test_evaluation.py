@@ -102,3 +102,44 @@ def test_a_perplexity_that_overflows_is_inf_with_a_warning_not_1e304():
     assert perplexity(2.0) == pytest.approx(math.exp(2.0))
     with pytest.warns(UserWarning, match="perplexity overflows"):
         assert perplexity(1000.0) == math.inf
+
+
+def test_a_word_is_right_only_when_every_hidden_piece_is(smoke_tokenizer):
+    """word_sums on a hand-made batch: "above" (a ##bo ##ve) with one piece wrong is one wrong word."""
+    from hp_mlm.evaluation import word_sums
+
+    ids = smoke_tokenizer("mira above the tower", return_tensors="pt")["input_ids"]
+    pieces = smoke_tokenizer.convert_ids_to_tokens(ids[0])
+    assert pieces[1:-1] == ["mira", "a", "##bo", "##ve", "the", "tower"]
+    labels = torch.full_like(ids, IGNORE_INDEX)
+    hidden = [1, 2, 3, 4, 6]  # mira, a ##bo ##ve, tower
+    labels[0, hidden] = ids[0, hidden]
+    masked = ids.clone()
+    masked[0, hidden] = smoke_tokenizer.mask_token_id
+    batch = {"input_ids": masked, "labels": labels}
+    all_right = torch.ones(len(hidden), dtype=torch.bool)
+    assert word_sums(batch, smoke_tokenizer, all_right) == [2, 2, 1, 1]
+    one_piece_wrong = torch.tensor([True, True, False, True, True])  # ##bo wrong
+    assert word_sums(batch, smoke_tokenizer, one_piece_wrong) == [2, 2, 0, 1]
+    mira_wrong = torch.tensor([False, True, True, True, True])
+    assert word_sums(batch, smoke_tokenizer, mira_wrong) == [1, 2, 1, 1]
+
+
+def test_whole_word_frozen_masks_are_scored_by_word(smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES * 3)
+    frozen = freeze_masks(rows, smoke_tokenizer, 0.3, seed=4, strategy="whole_word")
+    result = evaluate(smoke_model, frozen, smoke_tokenizer)
+    words = result["words"]
+    assert words["n_words"] == words["one_piece"]["n_words"] + words["multi_piece"]["n_words"]
+    assert words["multi_piece"]["n_words"] > 0 and words["n_words"] < result["n_positions"]
+    expected = sum(  # the multi-piece words hidden, counted from the rows themselves
+        1
+        for row in frozen
+        for i, label in enumerate(row["labels"])
+        if label != IGNORE_INDEX
+        and not smoke_tokenizer.convert_ids_to_tokens(label).startswith("##")
+        and i + 1 < len(row["labels"])
+        and row["labels"][i + 1] != IGNORE_INDEX
+        and smoke_tokenizer.convert_ids_to_tokens(row["labels"][i + 1]).startswith("##")
+    )
+    assert words["multi_piece"]["n_words"] == expected

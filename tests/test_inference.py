@@ -2,7 +2,8 @@ import pytest
 import torch
 from transformers import pipeline
 
-from hp_mlm.inference import fill_mask, load_probes, normalise_answer, score_probes
+from hp_mlm.inference import fill_mask
+from hp_mlm.probes import load_probes, normalise_answer, score_probes
 
 
 def test_matches_the_fill_mask_pipeline_including_two_masks(smoke_tokenizer, smoke_model):
@@ -51,17 +52,42 @@ def test_target_scores_are_probabilities_over_the_whole_vocabulary(smoke_tokeniz
     "targets, match",
     [
         ([], "targets is empty"),
-        (
-            ["tower", "xylophonist"],
-            r"'xylophonist' is split into the pieces \['x', '##y'.*single token of this tokenizer's vocabulary",
-        ),
-        (["🙂"], r"'🙂' becomes \[UNK\].*single token"),
-        (["  "], r"'  ' becomes no token.*single token"),
+        (["🙂"], r"target '🙂': word '🙂' becomes the pieces \['\[UNK\]'\]"),
+        (["  "], r"target '  ': word '  ' becomes no token"),
     ],
 )
 def test_bad_targets_are_refused_with_the_reason(smoke_tokenizer, smoke_model, targets, match):
     with pytest.raises(ValueError, match=match):
         fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", targets=targets)
+
+
+def test_a_target_of_several_pieces_is_scored_whole_never_by_its_first_piece(smoke_tokenizer, smoke_model):
+    """C46/C47: "above" is a ##bo ##ve here; the pipeline would score the pronoun-like first piece "a"."""
+    from hp_mlm.scoring import score_words
+
+    sentence = "Mira [MASK] crossed the Silver Lake."
+    one_piece_only = fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["tower", "mira"])[0][0]
+    mixed = fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["tower", "above", "mira", "a"])[0][0]
+    by_token = {c["token"]: c for c in mixed}
+    assert set(by_token) == {"tower", "above", "mira", "a"}
+    for c in one_piece_only:  # one-piece targets keep exactly their numbers
+        assert by_token[c["token"]]["score"] == c["score"]
+    whole = score_words(smoke_model, smoke_tokenizer, sentence, ["above"])[0]
+    assert by_token["above"]["pieces"] == ["a", "##bo", "##ve"] and by_token["above"]["token_id"] is None
+    assert by_token["above"]["score"] == pytest.approx(whole["score"], rel=1e-6)
+    assert by_token["above"]["score"] != pytest.approx(by_token["a"]["score"])
+    assert [c["score"] for c in mixed] == sorted((c["score"] for c in mixed), reverse=True)
+
+
+def test_whole_word_prediction_answers_every_mask(smoke_tokenizer, smoke_model):
+    from hp_mlm.scoring import predict_words
+
+    sentence = "Mira [MASK] crossed the [MASK] Lake."
+    answers = fill_mask(smoke_model, smoke_tokenizer, sentence, top_k=3, whole_words=True, max_pieces=3)[0]
+    assert len(answers) == 2 and all(len(a) == 3 for a in answers)
+    second = predict_words(smoke_model, smoke_tokenizer, sentence, top_k=3, max_pieces=3, mask_index=1)
+    assert [a["pieces"] for a in answers[1]] == [w["pieces"] for w in second]
+    assert all(not a["pieces"][0].startswith("##") for mask in answers for a in mask)
 
 
 def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):

@@ -27,7 +27,16 @@ import hp_mlm
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Lines of requirements.txt that are tools for tests and local Jupyter, not what the package needs.
-TOOLS = {"pytest", "nbval", "hypothesis", "ipykernel", "nbconvert", "jupyterlab", "ruff"}
+TOOLS = {
+    "pytest",
+    "nbval",
+    "hypothesis",
+    "ipykernel",
+    "nbconvert",
+    "jupyterlab",
+    "ruff",
+    "minicons",
+}  # minicons: a test checks our scores against it
 #: Runtime requirements that requirements.txt may narrow (never widen): local JupyterLab 4 renders
 #: ipywidgets 8 only, while the package admits the ipywidgets 7 that Colab ships.
 NARROWER_IN_REQUIREMENTS = {"ipywidgets"}
