@@ -117,7 +117,8 @@ def fill_mask(
     Raises:
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
             shows the tokenizer's mask token); a mask that truncation at ``max_length`` would cut
-            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`).
+            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`);
+            both ``targets`` and ``whole_words``.
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
     if isinstance(sentences, str):
@@ -132,6 +133,8 @@ def fill_mask(
         raise ValueError(
             f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
         )
+    if whole_words and targets is not None:
+        raise ValueError("pass targets (score these words) or whole_words (predict words), not both")
     chosen = None if targets is None else target_words(targets, tokenizer)
     limit = max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
     texts = _masked_texts(sentences, tokenizer, limit)

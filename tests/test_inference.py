@@ -88,6 +88,8 @@ def test_whole_word_prediction_answers_every_mask(smoke_tokenizer, smoke_model):
     second = predict_words(smoke_model, smoke_tokenizer, sentence, top_k=3, max_pieces=3, mask_index=1)
     assert [a["pieces"] for a in answers[1]] == [w["pieces"] for w in second]
     assert all(not a["pieces"][0].startswith("##") for mask in answers for a in mask)
+    with pytest.raises(ValueError, match="not both"):
+        fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["mira"], whole_words=True)
 
 
 def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):
