@@ -27,8 +27,9 @@ HERE = Path(__file__).resolve().parent
 OZ = HERE.parent.parent / "shared" / "data" / "oz"
 
 
-def run(args: list[str], out: Path) -> dict:
-    """Run ``python -m hp_mlm train ARGS --output-dir OUT`` and return its metrics with the wall time."""
+def train_command(args: list[str], out: Path) -> tuple[dict, float]:
+    """Run ``python -m hp_mlm train ARGS --output-dir OUT`` in a fresh process (no ``HP_MLM_`` variable of
+    this shell, progress bars off); return its ``metrics.json`` and the wall seconds. Exits on failure."""
     env = {**os.environ, "HP_MLM_PROGRESS": "0"}
     env = {k: v for k, v in env.items() if not k.startswith("HP_MLM_") or k == "HP_MLM_PROGRESS"}
     started = time.perf_counter()
@@ -41,7 +42,12 @@ def run(args: list[str], out: Path) -> dict:
     wall = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"command failed ({done.returncode}): {' '.join(args)}\n{done.stderr[-3000:]}")
-    metrics = json.loads((out / "metrics.json").read_text())
+    return json.loads((out / "metrics.json").read_text()), wall
+
+
+def run(args: list[str], out: Path) -> dict:
+    """:func:`train_command`, its metrics summarised with the wall time."""
+    metrics, wall = train_command(args, out)
     return {
         "args": args,
         "wall_seconds": wall,

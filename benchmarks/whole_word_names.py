@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from main_job import train_command  # the same fresh-process runner (benchmarks/ is on the path)
 
 HERE = Path(__file__).resolve().parent
 OZ = HERE.parent.parent / "shared" / "data" / "oz"
@@ -33,18 +32,7 @@ OZ = HERE.parent.parent / "shared" / "data" / "oz"
 
 def train(args: list[str], out: Path) -> dict:
     """``python -m hp_mlm train ARGS --output-dir OUT``: the multi-piece figures and the wall time."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HP_MLM_")}
-    started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "hp_mlm", "train", *args, "--output-dir", str(out), "--no-progress"],
-        capture_output=True,
-        text=True,
-        env=env,
-    )
-    wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"command failed ({done.returncode}): {' '.join(args)}\n{done.stderr[-3000:]}")
-    m = json.loads((out / "metrics.json").read_text())
+    m, wall = train_command(args, out)
 
     def names(when: str) -> dict:
         p = m["probes"][when]

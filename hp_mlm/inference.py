@@ -17,7 +17,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
-from .scoring import predict_words, score_words, with_mask_token, word_pieces
+from .scoring import length_limit, predict_words, score_words, with_mask_token, word_pieces
 
 #: The course's example sentences (the last one has two masks).
 EXAMPLE_SENTENCES = (
@@ -136,7 +136,7 @@ def fill_mask(
     if whole_words and targets is not None:
         raise ValueError("pass targets (score these words) or whole_words (predict words), not both")
     chosen = None if targets is None else target_words(targets, tokenizer)
-    limit = max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
+    limit = length_limit(model, tokenizer, max_length)
     texts = _masked_texts(sentences, tokenizer, limit)
     if whole_words:
         return [_whole_words(model, tokenizer, text, top_k, max_pieces, limit) for text in texts]

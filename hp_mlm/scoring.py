@@ -29,6 +29,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, mlm_logits, model_device, out_of_memory_in
+from .tokens import pad_batch
 from .words import continuation_table, replacement_ids, wordlike_table
 
 
@@ -93,7 +94,7 @@ def log_probs_at(
     """Log-softmax over the vocabulary at one position of each row (fp32, eval mode, no grad).
 
     Args:
-        rows: token id lists (special tokens included), padded here with the tokenizer's pad token.
+        rows: token id lists (special tokens included), padded per pass by ``tokens.pad_batch``.
         positions: the position to read in each row.
     Returns:
         FloatTensor[len(rows), vocab] of log-probabilities (nats).
@@ -105,20 +106,19 @@ def log_probs_at(
     with inference_mode(model), out_of_memory_in("scoring words", lower):
         for start in range(0, len(rows), batch_size):
             chunk, where = rows[start : start + batch_size], positions[start : start + batch_size]
-            width = max(len(r) for r in chunk)
-            input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id, dtype=torch.long)
-            attention_mask = torch.zeros_like(input_ids)
+            batch = pad_batch([{"input_ids": list(r), "attention_mask": [1] * len(r)} for r in chunk], tokenizer)
+            input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+            shift = [input_ids.shape[1] - len(r) if tokenizer.padding_side == "left" else 0 for r in chunk]
             read = torch.zeros_like(input_ids, dtype=torch.bool)
-            for i, (row, pos) in enumerate(zip(chunk, where)):
-                input_ids[i, : len(row)] = torch.tensor(row)
-                attention_mask[i, : len(row)] = 1
-                read[i, pos] = True
+            read[torch.arange(len(chunk)), torch.tensor(where) + torch.tensor(shift)] = True
             logits = mlm_logits(model, input_ids.to(device), attention_mask.to(device), read.to(device))
             out.append(logits.float().log_softmax(dim=-1).cpu())
     return torch.cat(out)
 
 
-def _limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int | None) -> int:
+def length_limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int | None = None) -> int:
+    """Tokens per input at most: ``max_length`` if given, else the smaller of the tokenizer's and the
+    model's limits (BERT: 512)."""
     config = getattr(model, "config", None)
     return max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
 
@@ -157,13 +157,14 @@ def score_words(
     """
     if isinstance(words, str) or not words:
         raise ValueError("words must be a non-empty list of candidate words, e.g. ['ron', 'hermione']")
-    limit = _limit(model, tokenizer, max_length)
+    limit = length_limit(model, tokenizer, max_length)
     ids, position = mask_place(text, tokenizer, mask_index)
     found = [(w, word_pieces(w, tokenizer)) for w in words]
     longest = len(ids) - 1 + max(len(p) for _, p in found)
     if longest > limit:
         raise ValueError(f"{text!r} with its longest candidate is {longest} tokens, over max_length={limit}")
     rows, read, wanted = [], [], []
+    copies = 2 if original_pll else 1  # the l2r inputs, then (with original_pll) the original PLL's
     for _, pieces in found:
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)
         rows += l2r_inputs(ids, position, piece_ids, tokenizer.mask_token_id)
@@ -172,8 +173,8 @@ def score_words(
             rows += [
                 full[: position + i] + [tokenizer.mask_token_id] + full[position + i + 1 :] for i in range(len(pieces))
             ]
-        read += [position + i for i in range(len(pieces))] * (2 if original_pll else 1)
-        wanted += piece_ids * (2 if original_pll else 1)
+        read += [position + i for i in range(len(pieces))] * copies
+        wanted += piece_ids * copies
     log_probs = log_probs_at(model, tokenizer, rows, read)
     picked = log_probs[torch.arange(len(wanted)), torch.tensor(wanted)].tolist()
     results, at = [], 0
@@ -192,7 +193,7 @@ def score_words(
         if original_pll:
             item["log_prob_original_pll"] = sum(picked[at + k : at + 2 * k])
         results.append(item)
-        at += k * (2 if original_pll else 1)
+        at += k * copies
     return results
 
 
@@ -241,7 +242,7 @@ def predict_words(
         if value < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     ids, position = mask_place(text, tokenizer, mask_index)
-    limit = _limit(model, tokenizer, max_length)
+    limit = length_limit(model, tokenizer, max_length)
     if len(ids) - 1 + max_pieces > limit:
         raise ValueError(f"{text!r} with {max_pieces} pieces is {len(ids) - 1 + max_pieces} tokens, over {limit}")
     starts, continues = _allowed(tokenizer)
