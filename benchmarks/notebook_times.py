@@ -66,7 +66,7 @@ def main() -> None:
         "cores": os.cpu_count(),
         "cpu precision": resolve_precision("auto", "cpu"),
         "date": time.strftime("%Y-%m-%d"),
-        "how": "nbclient, one fresh kernel per notebook, kernel start included, in order 00-05 then the solutions",
+        "how": "nbclient, one fresh kernel per notebook, kernel start included, in order 00-06 then the solutions",
     }
     for path in paths:
         seconds = run(path, args.inplace, args.timeout)

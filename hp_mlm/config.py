@@ -82,8 +82,8 @@ class Settings:
             sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
         schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
             flat) or ``"auto"`` (linear for a pretrained head, ``NEW_HEAD``'s for a new one).
-        padding: ``"batch"`` (each batch to its own longest row) or ``"dataset"`` (every row to
-            the longest row of the dataset, the original's way, which also labels the padding).
+        padding: ``"batch"`` (each batch to its longest row), ``"pack"`` (rows joined, cut into blocks at
+            word starts: ``packing.pack_rows``) or ``"dataset"`` (every row to the longest: the original's).
         mask_once: draw each training row's masks once, before training (the original tutorial's
             static masks), instead of afresh for every batch.
         label_all_tokens: label every real token, not only the masked ones (the original

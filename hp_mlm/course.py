@@ -23,7 +23,7 @@ MACHINE_PROFILES = ("smoke", "offline")
 
 
 def load_quiz(notebook: str) -> list[dict[str, Any]]:
-    """The questions of notebook ``notebook`` (``"00"`` to ``"05"``), each
+    """The questions of notebook ``notebook`` (``"00"`` to ``"06"``), each
     ``{"question", "choices": [{"text", "correct", "why"}], "computed"?}``.
 
     Raises:

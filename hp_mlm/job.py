@@ -145,6 +145,12 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
     )
+    b, packed = prep.batches, prep.settings.padding == "pack"
+    rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)" if packed else ""
+    log(
+        f"training data: {rows or str(b['rows']) + ' rows'}, {b['tokens']:,} tokens; padding "
+        f"{b['padding_share']:.1%} of the first epoch's batch positions ({prep.settings.padding} padding)"
+    )
     if prep.loaded.head_newly_initialised:
         log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
     if cut := prep.truncated["rows_cut"]:  # Case C44: never text dropped without a count
@@ -258,6 +264,7 @@ def collect_metrics(
             "n_train": len(prep.train_rows),
             "n_validation": len(prep.validation_rows),
             **prep.truncated,
+            "train_batches": prep.batches,
         },
         "learning_rate": prep.settings.learning_rate,
         "head_newly_initialised": prep.loaded.head_newly_initialised,

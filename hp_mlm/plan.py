@@ -27,6 +27,7 @@ from .common import MIXED_PRECISION, cpu_process_group, derive_seed, generator
 from .config import Settings
 from .masking import MaskingCollator, freeze_masks, original_batches
 from .objective import MaskedLMObjective
+from .packing import grouped
 from .tokens import as_rows, pad_batch, plan_batches
 
 
@@ -121,7 +122,7 @@ def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, e
     """The DataLoader of one epoch, every batch of the plan (``tokens.plan_batches``, shuffled by
     ``settings.seed`` and ``epoch``); ``accelerator.prepare`` gives each of N processes every N-th
     one (accelerate's ``BatchSamplerShard``). ``lengths``: tokens per row."""
-    group = settings.group_by_length and settings.padding == "batch"
+    group = grouped(settings.padding, settings.group_by_length)
     plan = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group)
     return batch_loader(data, plan, collate_fn, epoch)
 

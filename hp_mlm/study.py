@@ -17,6 +17,7 @@ from .callbacks import Validate
 from .config import Settings
 from .evaluation import evaluate, evaluate_whole_words
 from .models import load_model
+from .packing import pack_rows
 from .plan import plan_training
 from .prepare import prepare
 from .probes import candidate_rank
@@ -65,8 +66,9 @@ def compare_options(
     if seeds < 1:
         raise ValueError(f"`seeds` must be >= 1, got {seeds}")
     options = DEFAULT_OPTIONS if options is None else options
-    prep = prepare(settings)
-    tok, base = prep.loaded.tokenizer, prep.settings
+    # one row per example here; a run with padding="pack" packs these rows itself
+    prep = prepare(settings.replace(padding="batch") if settings.padding == "pack" else settings)
+    tok, base = prep.loaded.tokenizer, prep.settings.replace(padding=settings.padding)
 
     def score(model) -> dict[str, Any]:
         return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
@@ -92,7 +94,10 @@ def compare_options(
             model = load_model(base.model, tok, seed=run.seed).model  # the same start for every option
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
-            history = train(plan_training(model, tok, prep.train_tokens, run), callbacks)
+            rows_of_run = prep.train_tokens
+            if run.padding == "pack":  # the same training rows, packed into blocks (packing.pack_rows)
+                rows_of_run = pack_rows(prep.train_rows, tok, run.max_length, run.text_column, prep.entities)
+            history = train(plan_training(model, tok, rows_of_run, run), callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
             log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")

@@ -106,7 +106,7 @@ def tokenize_rows(
         out["length"] = [len(ids) for ids in enc["input_ids"]]
         if wanted is not None:
             out["entity_mask"] = [
-                _entity_mask(text, enc.word_ids(i), enc["offset_mapping"][i], wanted)
+                entity_piece_mask(text, enc.word_ids(i), enc["offset_mapping"][i], wanted)
                 for i, text in enumerate(batch[text_column])
             ]
         return out
@@ -123,8 +123,8 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozen
     out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
     for i, text in enumerate(texts):
         ids, words = enc["input_ids"][i], enc.word_ids(i)
-        entity = _entity_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
-        for start, end in _word_cuts(words, room):
+        entity = entity_piece_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
+        for start, end in word_cuts(words, room):
             row = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
             out["input_ids"].append(row)
             out["attention_mask"].append([1] * len(row))
@@ -135,9 +135,10 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozen
     return out
 
 
-def _word_cuts(words: list[int | None], room: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of each row of at most ``room`` tokens: a cut that would split a word backs
-    off to that word's start, unless the word alone fills the row. An empty text is one empty row."""
+def word_cuts(words: list[int | None], room: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of each row of at most ``room`` tokens, for pieces whose word indices are
+    ``words`` (a fast tokenizer's ``word_ids``): a cut that would split a word backs off to that
+    word's start, unless the word alone fills the row. An empty text is one empty row."""
 
     def inside_word(j: int) -> bool:
         return words[j] is not None and words[j] == words[j - 1]
@@ -164,10 +165,11 @@ def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_len
     return {"rows_cut": len(over), "tokens_dropped": sum(over)}
 
 
-def _entity_mask(
+def entity_piece_mask(
     text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset
 ) -> list[int]:
-    """1 for each token whose whole word (as the tokenizer split it) is in ``entities``."""
+    """1 for each token whose whole word (as the tokenizer split it) is in ``entities``, else 0:
+    one int per token of ``word_ids``/``offsets`` (character spans in ``text``)."""
     spans: dict[int, list[int]] = {}
     for (start, end), word in zip(offsets, word_ids):
         if word is not None:

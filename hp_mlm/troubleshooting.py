@@ -69,6 +69,13 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "the-probes-file": ("probes.load_probes", "probes._candidates", "probes.read_candidates"),
     "a-plan-cannot-be-trained": ("plan.build_scheduler", "plan.start", "plan.check_resolved"),
     "spacy-is-not-installed": ("entities.find_entities_spacy",),
+    "packing-the-librarys-way-and-the-downstream-probe": (
+        "packing.pack_rows",
+        "library.library_collator",
+        "library.side_by_side",
+        "downstream.load_name_types",
+        "downstream.probe_accuracy",
+    ),
     "exercises-and-quizzes": (
         "checking.call",
         "checking.require",

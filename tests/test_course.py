@@ -27,7 +27,15 @@ from hp_mlm.tokens import padding_share, plan_batches
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-STEMS = ["00_setup", "01_tokenising", "02_masking", "03_training", "04_evaluation", "05_going_further"]
+STEMS = [
+    "00_setup",
+    "01_tokenising",
+    "02_masking",
+    "03_training",
+    "04_evaluation",
+    "05_going_further",
+    "06_the_library_way",
+]
 VERBS = {
     "Explain",
     "Use",
@@ -212,7 +220,7 @@ def _tok():
     return build_smoke_tokenizer()
 
 
-@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05"])
+@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05", "06"])
 def test_every_question_has_one_right_choice_and_a_reason_for_every_choice(notebook):
     questions = load_quiz(notebook)
     assert 3 <= len(questions) <= 5
@@ -224,7 +232,7 @@ def test_every_question_has_one_right_choice_and_a_reason_for_every_choice(noteb
     )
 
 
-@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05"])
+@pytest.mark.parametrize("notebook", ["00", "01", "02", "03", "04", "05", "06"])
 def test_computed_answer_keys_equal_the_packages_values(notebook):
     for q in load_quiz(notebook):
         if "computed" not in q:

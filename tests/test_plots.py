@@ -67,6 +67,22 @@ def test_option_bars_are_the_mean_and_their_error_bars_the_range():
     assert [round(v, 6) for v in lower_upper] == [10.0, 25.0]  # option a's top-1: min to max
 
 
+def test_probe_lines_are_each_encoders_accuracy_per_split_beside_the_baselines():
+    import matplotlib.pyplot as plt
+
+    from hp_mlm.plots import plot_probe_splits
+
+    probe = {
+        "base": {"probe": [0.5, 0.6], "majority": [0.4, 0.4], "chance": 0.25},
+        "fine-tuned": {"probe": [0.7, 0.9], "majority": [0.4, 0.4], "chance": 0.25},
+    }
+    ax = plot_probe_splits(probe).axes[0]
+    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
+    assert lines["base"] == [50.0, 60.0] and lines["fine-tuned"] == [70.0, 90.0]
+    assert lines["majority class"] == [40.0, 40.0] and set(lines["chance"]) == {25.0}
+    plt.close("all")
+
+
 def test_no_checked_notebook_cell_compares_a_figure_and_no_widget_is_saved():
     """nbval compares a figure only by its text (``<Figure size ...>``), which changes between
     matplotlib-inline versions; widget views saved without their state break GitHub's renderer."""
