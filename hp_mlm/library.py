@@ -63,11 +63,16 @@ def trainer_arguments(settings: Settings, output_dir: str, n_rows: int):
     are the same step for step; the course's ``"constant"`` schedule is the library's
     ``"constant_with_warmup"``. Both leave biases and LayerNorm weights out of weight decay and use
     fused AdamW. Evaluation and checkpoints are off: the runs are scored on the frozen held-out masks.
+
+    Raises:
+        ValueError: the learning rate or schedule is still ``auto`` (take ``prepare(settings).settings``).
     """
     import inspect
 
     from transformers import TrainingArguments
 
+    if settings.learning_rate is None or settings.schedule not in ("linear", "constant"):
+        raise ValueError("learning_rate or schedule still 'auto': take the settings from prepare(settings).settings")
     steps = optimizer_steps(n_rows, settings)
     group = grouped(settings.padding, settings.group_by_length)
     # later 5.x releases replaced group_by_length by train_sampling_strategy

@@ -72,6 +72,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "packing-the-librarys-way-and-the-downstream-probe": (
         "packing.pack_rows",
         "library.library_collator",
+        "library.trainer_arguments",
         "library.side_by_side",
         "downstream.load_name_types",
         "downstream.probe_accuracy",

@@ -48,6 +48,8 @@ def test_the_trainer_gets_the_courses_schedule_and_weight_decay_groups(smoke_mod
         theirs.step(), ours.step(), theirs_schedule.step(), ours_schedule.step()
     assert [a for a, _ in rates] == pytest.approx([b for _, b in rates])
     assert args.per_device_train_batch_size == s.batch_size and args.max_grad_norm == s.max_grad_norm
+    with pytest.raises(ValueError, match="still 'auto'"):
+        trainer_arguments(get_settings("smoke", environ={}), str(tmp_path), n_rows)
 
 
 def test_the_library_collator_masks_like_the_course(smoke_tokenizer):
