@@ -16,7 +16,7 @@ from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from .common import generator
-from .tokens import MODEL_COLUMNS, entity_piece_mask, padding_share, plan_batches, word_cuts
+from .tokens import MODEL_COLUMNS, append_cut_rows, entity_piece_mask, padding_share, plan_batches
 
 
 def pack_rows(
@@ -61,14 +61,7 @@ def pack_rows(
     if not ids:
         raise ValueError(f"the {len(texts)} training rows hold no token to pack; check the text column")
     out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
-    for start, end in word_cuts(words, max_length - 2):
-        block = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
-        out["input_ids"].append(block)
-        out["attention_mask"].append([1] * len(block))
-        out["special_tokens_mask"].append([1] + [0] * (end - start) + [1])
-        out["length"].append(len(block))
-        if wanted is not None:
-            out["entity_mask"].append([0, *marks[start:end], 0])
+    append_cut_rows(out, tokenizer, ids, words, max_length - 2, marks if wanted is not None else None)
     return Dataset.from_dict(out)
 
 

@@ -124,15 +124,24 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozen
     for i, text in enumerate(texts):
         ids, words = enc["input_ids"][i], enc.word_ids(i)
         entity = entity_piece_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
-        for start, end in word_cuts(words, room):
-            row = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
-            out["input_ids"].append(row)
-            out["attention_mask"].append([1] * len(row))
-            out["special_tokens_mask"].append([1] + [0] * (end - start) + [1])
-            out["length"].append(len(row))
-            if entity is not None:
-                out["entity_mask"].append([0, *entity[start:end], 0])
+        append_cut_rows(out, tokenizer, ids, words, room, entity)
     return out
+
+
+def append_cut_rows(
+    out: dict[str, list], tokenizer, ids: list[int], words: list[int | None], room: int, entity: list[int] | None
+) -> None:
+    """Cut ``ids`` (pieces without special tokens, word indices ``words``) at word starts into rows of
+    at most ``room`` pieces (:func:`word_cuts`), each between ``[CLS]`` and ``[SEP]``, and append each
+    row's columns to ``out`` (``entity`` marks, when given, follow their pieces)."""
+    for start, end in word_cuts(words, room):
+        row = [tokenizer.cls_token_id, *ids[start:end], tokenizer.sep_token_id]
+        out["input_ids"].append(row)
+        out["attention_mask"].append([1] * len(row))
+        out["special_tokens_mask"].append([1] + [0] * (end - start) + [1])
+        out["length"].append(len(row))
+        if entity is not None:
+            out["entity_mask"].append([0, *entity[start:end], 0])
 
 
 def word_cuts(words: list[int | None], room: int) -> list[tuple[int, int]]:
