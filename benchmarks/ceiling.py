@@ -12,13 +12,25 @@ instructions, bf16 autocast:
    head's weights) x the masked tokens for the MLM head, which runs only there (as the course's
    ``objective.masked_lm_loss``); embeddings and element-wise work are left out, so the share is
    if anything a little low;
-3. real steps: forward, loss at the 15% masked positions, backward, clip, AdamW (PyTorch's default
-   step; the course's ``build_optimizer`` now uses the fused one, 3-7% faster a step:
-   ``fused_adamw.py``), as the course's loop does, timed after a warm-up; the peak memory of the process (each configuration runs in a
-   fresh process, so its peak is its own).
+3. real steps: forward, loss at the 15% masked positions, backward, clip, the course's fused AdamW
+   (``plan.build_optimizer``), as the course's loop does, timed after a warm-up; the peak memory
+   of the process (each configuration runs in a fresh process, so its peak is its own).
 
-    python benchmarks/ceiling.py                  # everything (about 15 minutes on 2 cores)
-    python benchmarks/ceiling.py --shapes quick   # the 16 x 128 steps only
+Each model, shape and precision runs in three variants, one after the other in the same run:
+
+- ``default allocator``: glibc's defaults, as before the course kept freed memory (large tensors
+  are mapped afresh and faulted in page by page every step);
+- ``course``: what ``training.train`` does on the CPU, ``allocator.reuse_freed_memory``;
+- ``course, no attention dropout``: the same with ``attention_probs_dropout_prob`` 0, which lets
+  PyTorch's fused attention kernel run (with dropout, SDPA falls back to its unfused path on the
+  CPU); a lever measured here, not a course setting (it changes the training recipe).
+
+The minor page faults and the kernel (system) time per step are printed beside the times. The
+share is taken against the best ceiling measured for that model, shape and precision in the run
+(each row measures its own, and one matmul's best of 5 moves with the machine's load).
+
+    python benchmarks/ceiling.py                          # everything (about 30 minutes on 2 cores)
+    python benchmarks/ceiling.py --shapes quick --merge   # the 16 x 128 steps again, the rest kept
 
 Writes benchmarks/results/ceiling.{json,md}.
 """
@@ -39,9 +51,10 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {"quick": (16, 128), "full": (16, 512)}
 MODELS = ("minilm-l6", "bert-base")
+VARIANTS = ("default allocator", "course", "course, no attention dropout")
 
 
-def build(model_name: str):
+def build(model_name: str, attention_dropout: bool = True):
     """The model, on the CPU, in train mode: MiniLM-L6's real config, or ``BertConfig()`` (random)."""
     from transformers import BertConfig, BertForMaskedLM
 
@@ -51,6 +64,8 @@ def build(model_name: str):
         from hp_mlm.models import offline_model_path
 
         config = BertConfig.from_pretrained(offline_model_path())
+    if not attention_dropout:
+        config.attention_probs_dropout_prob = 0.0
     return BertForMaskedLM(config).train()
 
 
@@ -78,18 +93,21 @@ def matmul_ceiling(rows: int, hidden: int, precision: str, repeats: int = 5) -> 
     return 2 * rows * hidden * 4 * hidden / best
 
 
-def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tuple[list[float], int]:
-    """Seconds of each of ``steps`` training steps after one warm-up, and the masked tokens per step."""
+def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tuple[list[float], int, dict]:
+    """Seconds of each of ``steps`` training steps after one warm-up, the masked tokens per step, and
+    the timed steps' minor page faults and kernel seconds (medians per step)."""
     import torch
 
     from hp_mlm.common import autocast, mlm_logits
+    from hp_mlm.plan import build_optimizer
 
     draw = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (batch, length), generator=draw)
     mask, chosen = torch.ones_like(ids), torch.rand(ids.shape, generator=draw) < 0.15
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    seconds = []
+    optimizer = build_optimizer(model, 1e-5)
+    seconds, faults, kernel = [], [], []
     for i in range(steps + 1):
+        before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
         with autocast(precision, "cpu"):
             logits = mlm_logits(model, ids, mask, chosen)
@@ -100,17 +118,24 @@ def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tu
         optimizer.zero_grad()
         if i:  # the first step is the warm-up (allocations, AdamW's state)
             seconds.append(time.perf_counter() - started)
-    return seconds, int(chosen.sum())
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            faults.append(after.ru_minflt - before.ru_minflt)
+            kernel.append(after.ru_stime - before.ru_stime)
+    system = {"page_faults_per_step": int(statistics.median(faults)), "kernel_s_per_step": statistics.median(kernel)}
+    return seconds, int(chosen.sum()), system
 
 
-def measure_one(model_name: str, shape: str, precision: str, steps: int) -> dict:
+def measure_one(model_name: str, shape: str, precision: str, variant: str, steps: int) -> dict:
     """One configuration, in this process: the ceiling, the step's FLOP, its times and peak memory."""
     import torch
 
+    from hp_mlm.allocator import reuse_freed_memory
+
     batch, length = SHAPES[shape]
-    model = build(model_name)
+    model = build(model_name, attention_dropout=variant != VARIANTS[2])
     ceiling = matmul_ceiling(batch * length, model.config.hidden_size, precision)
-    seconds, masked = time_steps(model, batch, length, precision, steps)
+    with reuse_freed_memory(variant != VARIANTS[0]) as switched:
+        seconds, masked, system = time_steps(model, batch, length, precision, steps)
     flops = step_flops(model.config, batch, length, masked)
     median = statistics.median(seconds)
     return {
@@ -118,6 +143,9 @@ def measure_one(model_name: str, shape: str, precision: str, steps: int) -> dict
         "parameters_m": round(sum(p.numel() for p in model.parameters()) / 1e6, 1),
         "shape": f"{batch} x {length}",
         "precision": precision,
+        "variant": variant,
+        "freed_memory_reused": switched,
+        **system,
         "step_seconds": [round(s, 3) for s in seconds],
         "step_median_s": round(median, 3),
         "gflop_per_step": round(flops / 1e9, 1),
@@ -130,46 +158,64 @@ def measure_one(model_name: str, shape: str, precision: str, steps: int) -> dict
 
 
 def run_all(shapes: list[str], steps: int) -> list[dict]:
-    """Every configuration, each in a fresh process (its own peak memory); fp32 then bf16 in turn."""
+    """Every configuration, each in a fresh process (its own peak memory); fp32 then bf16, each in
+    every variant, in turn."""
     from hp_mlm.common import cpu_has_native_bf16
 
     precisions = ["fp32", "bf16"] if cpu_has_native_bf16() else ["fp32"]
     rows = []
     for shape in shapes:
         for model_name in MODELS:
-            for precision in precisions:
-                argv = [sys.executable, __file__, "--one", model_name, shape, precision, "--steps", str(steps)]
+            for precision, variant in [(p, v) for p in precisions for v in VARIANTS]:
+                argv = [sys.executable, __file__, "--one", model_name, shape, precision, variant, "--steps", str(steps)]
                 done = subprocess.run(argv, capture_output=True, text=True, check=True)
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
-                print(format_row(rows[-1]), flush=True)
+                print(format_row(rows[-1]), flush=True)  # against its own ceiling; the report, the best
     return rows
 
 
-def format_row(r: dict) -> str:
+HEADER = (
+    "| model | batch x tokens | precision | variant | step (s, median) | page faults / step | kernel s / step | "
+    "GFLOP / step | achieved GFLOP/s | ceiling GFLOP/s (this row / best) | share of best | peak memory (GB) |\n"
+    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+)
+
+
+def format_row(r: dict, best: float | None = None) -> str:
+    """One table row; ``best``: the best ceiling of the run for this row's model, shape and precision."""
+    best = best or r["ceiling_gflops"]
     return (
-        f"| {r['model']} ({r['parameters_m']}M) | {r['shape']} | {r['precision']} | {r['step_median_s']} | "
-        f"{r['gflop_per_step']} | {r['achieved_gflops']} | {r['ceiling_gflops']} | {r['share_of_ceiling']:.0%} | "
+        f"| {r['model']} ({r['parameters_m']}M) | {r['shape']} | {r['precision']} | {r['variant']} | "
+        f"{r['step_median_s']} | {r['page_faults_per_step']:,} | {r['kernel_s_per_step']:.2f} | {r['gflop_per_step']} | "
+        f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | {r['achieved_gflops'] / best:.0%} | "
         f"{r['peak_memory_gb']} |"
     )
+
+
+def report(machine: dict, rows: list[dict]) -> str:
+    """The markdown table, each share against the best ceiling of its model, shape and precision."""
+    best: dict[tuple, float] = {}
+    for r in rows:
+        key = (r["model"], r["shape"], r["precision"])
+        best[key] = max(best.get(key, 0.0), r["ceiling_gflops"])
+    lines = [format_row(r, best[(r["model"], r["shape"], r["precision"])]) for r in rows]
+    return "\n".join([f"`python benchmarks/ceiling.py` on {machine}:", "", HEADER, *lines]) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (after a warm-up)")
-    parser.add_argument("--one", nargs=3, metavar=("MODEL", "SHAPE", "PRECISION"), help=argparse.SUPPRESS)
+    parser.add_argument("--merge", action="store_true", help="keep the earlier results' rows of other shapes")
+    parser.add_argument("--one", nargs=4, metavar=("MODEL", "SHAPE", "PRECISION", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         print(json.dumps(measure_one(*args.one, args.steps)))
         return
-    from hp_mlm.common import cpu_has_native_bf16
+    from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
 
     started = time.perf_counter()
-    header = (
-        "| model | batch x tokens | precision | step (s, median) | GFLOP / step | achieved GFLOP/s | "
-        "ceiling GFLOP/s | share | peak memory (GB) |\n| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
-    )
-    print(header)
+    print(HEADER)
     rows = run_all(args.shapes, args.steps)
     machine = {
         "cpu": platform.processor() or platform.machine(),
@@ -177,11 +223,21 @@ def main() -> None:
         "native_bf16": cpu_has_native_bf16(),
         "loadavg_end": os.getloadavg(),
         "seconds": round(time.perf_counter() - started, 1),
+        "shapes": args.shapes,
     }
+    earlier = RESULTS / "ceiling.json"
+    if args.merge and earlier.exists():
+        kept = json.loads(earlier.read_text())
+        measured = {f"{b} x {n}" for b, n in (SHAPES[s] for s in args.shapes)}
+        rows = [r for r in kept["rows"] if r["shape"] not in measured] + rows
+        machine = {**machine, "earlier_runs": [kept["machine"], *kept["machine"].get("earlier_runs", [])]}
+        machine["earlier_runs"][0].pop("earlier_runs", None)
+    rows.sort(
+        key=lambda r: (list(SHAPES.values()).index(tuple(map(int, r["shape"].split(" x ")))), MODELS.index(r["model"]))
+    )
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "ceiling.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
-    text = "\n".join([f"`python benchmarks/ceiling.py` on {machine}:", "", header, *map(format_row, rows)])
-    (RESULTS / "ceiling.md").write_text(text + "\n")
+    atomic_write_text(RESULTS / "ceiling.json", json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")
+    atomic_write_text(RESULTS / "ceiling.md", report(machine, rows))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ from typing import Any
 
 import torch
 
-from .common import device_kind
+from .allocator import reuse_freed_memory
+from .common import device_kind, model_device
 from .config import Settings
 from .evaluation import evaluate
 from .masking import IGNORE_INDEX
@@ -215,7 +216,10 @@ def side_by_side(
             started = time.perf_counter()
             model = load_model(base.model, tok, seed=run.seed).model.to(prep.loaded.model.device)
             fit = train_with_trainer if way == "trainer" else train_course
-            result = fit(model, tok, data[way], run)
+            # the course's loop keeps freed CPU memory for the next step (allocator.py); here the
+            # Trainer's run gets the same, so that the race measures the loops, not the allocator
+            with reuse_freed_memory(way == "trainer" and model_device(model).type == "cpu"):
+                result = fit(model, tok, data[way], run)
             scores = evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
             rows.append(_row(way, run.seed, scores, result, prep.frozen_validation, time.perf_counter() - started))
             rows[-1]["epochs"] = run.epochs

@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hp_mlm"
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "troubleshooting"},  # helpers below every step
+    {"common", "profiles", "troubleshooting", "allocator"},  # helpers below every step
     {"config", "hub"},
     {"data", "models", "entities"},
     {"tokens", "words"},

@@ -69,10 +69,17 @@ def test_the_library_collator_masks_like_the_course(smoke_tokenizer):
         library_collator(tok, settings(masking="entity"))
 
 
-def test_every_way_is_scored_on_the_same_frozen_positions():
+def test_every_way_is_scored_on_the_same_frozen_positions(monkeypatch):
+    from hp_mlm import allocator, library
+
+    switched = []  # the Trainer's run keeps freed memory as the course's loop does (a fair race)
+    monkeypatch.setattr(
+        library, "reuse_freed_memory", lambda on: switched.append(on) or allocator.reuse_freed_memory(on)
+    )
     s = settings(epochs=2)
     rows = side_by_side(s, seeds=1, log=lambda _: None)
     assert [r["way"] for r in rows] == list(WAYS)
+    assert switched == [way == "trainer" for way in WAYS]
     prep = prepare(s)
     count, digest = scored_positions(prep.frozen_validation)
     assert {(r["n_positions"], r["positions"]) for r in rows} == {(count, digest)} and count > 0
