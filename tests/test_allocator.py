@@ -28,9 +28,10 @@ def test_freed_memory_is_reused_inside_the_block_and_given_back_after():
         inside = [faults_of_second_fill() for _ in range(6)][-1]
     after = faults_of_second_fill()
     assert switched is True
-    assert outside > PAGES / 2, "glibc's default maps a 64 MB block afresh each time"
-    assert inside < PAGES / 10, f"{inside} faults: the freed block should have been reused"
-    assert after > PAGES / 2, "the defaults come back when the block ends"
+    # 4 kB pages fault 16,384 times for 64 MB; with transparent huge pages always on, about 32 times
+    assert outside >= 16, "glibc's default maps a 64 MB block afresh each time"
+    assert inside * 10 <= outside, f"{inside} faults against {outside}: the freed block should have been reused"
+    assert after * 2 >= outside, "the defaults come back when the block ends"
 
 
 def test_disabled_or_without_glibc_nothing_changes(monkeypatch):
