@@ -19,8 +19,8 @@ keep it after training. (glibc stops adjusting its mmap threshold by itself once
 set one of these, as ``man 3 mallopt`` says; after the block the threshold stays where it was.) The
 price is memory: glibc's heap cannot give back a hole in its middle, so while training runs the
 process holds about its largest step's memory, a few GB more at 512 tokens. PyTorch's CPU
-performance guide makes the same point by suggesting a
-caching allocator (jemalloc or TCMalloc) loaded with ``LD_PRELOAD``; this needs no extra library.
+performance tuning guide makes the same point when it suggests a caching allocator (jemalloc or
+TCMalloc) loaded with ``LD_PRELOAD``; this needs no extra library.
 
 Where the C library is not glibc (macOS, Windows, musl) nothing is changed. Numbers, weights and
 results are the same either way: only where memory comes from changes.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import platform
 from collections.abc import Iterator
 
@@ -42,6 +43,7 @@ DEFAULTS = {M_TRIM_THRESHOLD: 128 * 1024, M_MMAP_MAX: 65536}
 NEVER_TRIM = -1
 
 
+@functools.cache
 def glibc() -> ctypes.CDLL | None:
     """The process's glibc, or None where the C library is another (then nothing is changed)."""
     if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
