@@ -145,10 +145,11 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
     )
-    b, packed = prep.batches, prep.settings.padding == "pack"
-    rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)" if packed else ""
+    b, rows = prep.batches, f"{prep.batches['rows']} rows"
+    if prep.settings.padding == "pack":
+        rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)"
     log(
-        f"training data: {rows or str(b['rows']) + ' rows'}, {b['tokens']:,} tokens; padding "
+        f"training data: {rows}, {b['tokens']:,} tokens; padding "
         f"{b['padding_share']:.1%} of the first epoch's batch positions ({prep.settings.padding} padding)"
     )
     if prep.loaded.head_newly_initialised:

@@ -24,9 +24,9 @@ from .config import Settings
 from .evaluation import evaluate
 from .masking import IGNORE_INDEX
 from .models import load_model
-from .packing import grouped, pack_rows
+from .packing import grouped
 from .plan import optimizer_steps, plan_training
-from .prepare import prepare
+from .prepare import prepare, training_tokens
 from .training import train
 
 #: The ways :func:`side_by_side` trains: the course's loop, the library's ``Trainer``, the course's loop on packed rows.
@@ -207,7 +207,7 @@ def side_by_side(
     tok, base = prep.loaded.tokenizer, prep.settings
     data = {"course": prep.train_tokens, "trainer": prep.train_tokens}
     if "pack" in ways:
-        data["pack"] = pack_rows(prep.train_rows, tok, base.max_length, base.text_column, prep.entities)
+        data["pack"] = training_tokens(prep, base.replace(padding="pack"))
     rows = []
     for k in range(seeds):
         for way in ways:

@@ -122,11 +122,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         return tokenize_rows(part, tok, settings.max_length, settings.text_column, settings.split_long_rows, entities)
 
     packed = settings.padding == "pack"
-    train_tokens = (
-        pack_rows(train_rows, tok, settings.max_length, settings.text_column, entities)
-        if packed
-        else tokenised(train_rows)
-    )
+    train_tokens = packed_rows(train_rows, tok, settings, entities) if packed else tokenised(train_rows)
     validation_tokens = tokenised(validation_rows)  # never packed: every run is scored on the same rows
     parts = ((train_rows, train_tokens), (validation_rows, validation_tokens))[packed:]  # packing drops nothing
     frozen = freeze_masks(validation_tokens, tok, settings.mlm_probability, settings.seed)
@@ -151,6 +147,19 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         {"rows_cut": 0, "tokens_dropped": 0} if settings.split_long_rows else _truncated(settings, tok, parts),
         batches_of(train_tokens["length"], settings),
     )
+
+
+def packed_rows(train_rows: Dataset, tokenizer, settings: Settings, entities: list[str]) -> Dataset:
+    """``train_rows`` packed into blocks of ``settings.max_length`` (``packing.pack_rows``), entities marked."""
+    return pack_rows(train_rows, tokenizer, settings.max_length, settings.text_column, entities)
+
+
+def training_tokens(prep: Prepared, settings: Settings) -> Dataset:
+    """The tokenised rows a run with ``settings`` trains on: ``prep.train_tokens``, or, when
+    ``settings.padding`` is ``"pack"`` and ``prep`` was prepared unpacked, its training rows packed."""
+    if settings.padding != "pack" or prep.settings.padding == "pack":
+        return prep.train_tokens
+    return packed_rows(prep.train_rows, prep.loaded.tokenizer, settings, prep.entities)
 
 
 def batches_of(lengths: list[int], settings: Settings) -> dict[str, float]:

@@ -17,9 +17,8 @@ from .callbacks import Validate
 from .config import Settings
 from .evaluation import evaluate, evaluate_whole_words
 from .models import load_model
-from .packing import pack_rows
 from .plan import plan_training
-from .prepare import prepare
+from .prepare import prepare, training_tokens
 from .probes import candidate_rank
 from .training import train
 
@@ -94,9 +93,7 @@ def compare_options(
             model = load_model(base.model, tok, seed=run.seed).model  # the same start for every option
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
-            rows_of_run = prep.train_tokens
-            if run.padding == "pack":  # the same training rows, packed into blocks (packing.pack_rows)
-                rows_of_run = pack_rows(prep.train_rows, tok, run.max_length, run.text_column, prep.entities)
+            rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
             history = train(plan_training(model, tok, rows_of_run, run), callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
