@@ -32,7 +32,7 @@ RUNS = [("minilm-l6", "fp32"), ("minilm-l6", "bf16"), ("bert-base", "bf16")]
 
 def rounds_of(model_name: str, precision: str, rounds: int, steps: int) -> dict:
     """Alternating rounds in this process; the median step of each round, per side."""
-    from hp_mlm.allocator import reuse_freed_memory
+    from hp_mlm.ops.allocator import reuse_freed_memory
 
     batch, length = ceiling.SHAPES["quick"]
     model = ceiling.build(model_name)

@@ -10,10 +10,10 @@ instructions, bf16 autocast:
 2. the arithmetic of one step: 6 x (linear weights) x tokens for the encoder's linear layers
    (forward 2, backward 4), 12 x batch x length^2 x hidden per layer for attention, and 6 x (the
    head's weights) x the masked tokens for the MLM head, which runs only there (as the course's
-   ``objective.masked_lm_loss``); embeddings and element-wise work are left out, so the share is
+   ``training.masked_lm_loss``); embeddings and element-wise work are left out, so the share is
    if anything a little low;
 3. real steps: forward, loss at the 15% masked positions, backward, clip, the course's fused AdamW
-   (``plan.build_optimizer``), as the course's loop does, timed after a warm-up; the peak memory
+   (``training.build_optimizer``), as the course's loop does, timed after a warm-up; the peak memory
    of the process (each configuration runs in a fresh process, so its peak is its own).
 
 Each model, shape and precision runs in three variants, one after the other in the same run:
@@ -99,7 +99,7 @@ def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tu
     import torch
 
     from hp_mlm.common import autocast, mlm_logits
-    from hp_mlm.plan import build_optimizer
+    from hp_mlm.training import build_optimizer
 
     draw = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (batch, length), generator=draw)
@@ -129,7 +129,7 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
     """One configuration, in this process: the ceiling, the step's FLOP, its times and peak memory."""
     import torch
 
-    from hp_mlm.allocator import reuse_freed_memory
+    from hp_mlm.ops.allocator import reuse_freed_memory
 
     batch, length = SHAPES[shape]
     model = build(model_name, attention_dropout=variant != VARIANTS[2])

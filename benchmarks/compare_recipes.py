@@ -171,7 +171,7 @@ def _prepare(cfg: dict[str, Any], recipe: str):
 
 
 def _time_based_schedule(clock: TrainingClock, budget_s: float, settings):
-    """A ``make_scheduler`` for ``plan.plan_training`` that lays the course's schedule over the time budget.
+    """A ``make_scheduler`` for ``training.plan_training`` that lays the course's schedule over the time budget.
 
     ``train`` sizes its schedule by ``epochs * steps_per_epoch``; under a wall-clock budget the
     number of steps is unknown in advance, so the same shape (warmup over ``warmup_fraction``, then
@@ -333,9 +333,8 @@ class Monitor:
 def run_recipe(recipe: str, cfg: dict[str, Any]) -> dict[str, Any]:
     """Train one recipe for the budget, validating periodically; evaluate and score probes at the end."""
     from hp_mlm.evaluation import evaluate
-    from hp_mlm.plan import plan_training
-    from hp_mlm.probes import load_probes, score_probes
-    from hp_mlm.training import train
+    from hp_mlm.studies.probes import load_probes, score_probes
+    from hp_mlm.training import plan_training, train
 
     load_start, began = os.getloadavg(), time.perf_counter()
     settings, prep = _prepare(cfg, recipe)
@@ -461,8 +460,9 @@ def run_evaluation_speed(cfg: dict[str, Any]) -> dict[str, Any]:
     """Original batch-1 accuracy function vs batched ``evaluate`` on the same validation rows and model."""
     import torch
 
-    from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
-    from hp_mlm.probes import load_probes, score_probes
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.studies.original import original_tutorial_accuracy
+    from hp_mlm.studies.probes import load_probes, score_probes
 
     load_start = os.getloadavg()
     began = time.perf_counter()

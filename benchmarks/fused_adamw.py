@@ -2,7 +2,7 @@
 
 MiniLM-L6 and bert-base size (``ceiling.build``), 16 rows x 128 tokens, bf16 autocast, the MLM head
 at the 15% masked positions; the two optimisers alternate for 3 rounds of 3 steps (the first of each
-round a warm-up), so both meet the same machine load. The evidence for ``plan.build_optimizer``'s
+round a warm-up), so both meet the same machine load. The evidence for ``training.build_optimizer``'s
 ``fused=True``.
 
     python benchmarks/fused_adamw.py

@@ -84,7 +84,7 @@ def run(settings, label: str) -> dict:
     """The main job with ``settings``: its metrics, wall time, peak memory and any scheduler warning."""
     import torch
 
-    from hp_mlm.job import run_job
+    from hp_mlm.ops.job import run_job
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()

@@ -11,7 +11,7 @@ MiniLM-L6 with the course's stock MLM head, 3 seeds. Two budgets:
   (measured in the first part, same session), so the two have the same budget of seconds.
 
 Every run is scored on the same frozen held-out masks (``library.scored_positions``). The downstream
-probe (``hp_mlm.downstream``) uses names the project labelled for Oz (``benchmarks/data/oz_name_types.json``)
+probe (``hp_mlm.studies.downstream``) uses names the project labelled for Oz (``benchmarks/data/oz_name_types.json``)
 and the first seed's course-loop model. Writes ``benchmarks/results/library_way.{json,md}``.
 """
 
@@ -26,10 +26,10 @@ from pathlib import Path
 
 from hp_mlm.common import atomic_write_text, resolve_precision
 from hp_mlm.config import get_settings
-from hp_mlm.downstream import compare_encoders, load_name_types
-from hp_mlm.library import WAYS, side_by_side
 from hp_mlm.models import load_model
 from hp_mlm.profiles import OFFLINE_MODEL
+from hp_mlm.studies.downstream import compare_encoders, load_name_types
+from hp_mlm.studies.library import WAYS, side_by_side
 
 HERE = Path(__file__).resolve().parent
 OZ = HERE.parent.parent / "shared" / "data" / "oz"

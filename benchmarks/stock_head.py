@@ -35,8 +35,8 @@ from hp_mlm.data import load_corpus, train_validation_split
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
 from hp_mlm.models import RANDOM_HEAD_MODEL, STOCK_HEAD_FILE, load_model
-from hp_mlm.plan import batch_loader, build_scheduler
 from hp_mlm.tokens import plan_batches, tokenize_rows
+from hp_mlm.training import batch_loader, build_scheduler
 
 HERE = Path(__file__).resolve().parent
 HEAD_PREFIX = "cls.predictions."

@@ -1,33 +1,23 @@
-"""Callbacks: what the training loop does besides stepping (validation, early stopping, time budgets).
+"""Callbacks: what a run does besides stepping, passed to ``training.train`` by the caller.
 
-``training.train`` calls every callback after each optimiser step and at the end of each epoch;
-any of them may stop training by returning True. Time spent inside callbacks is not counted in
-an epoch's ``seconds``. Taught in ``notebooks/03_training.ipynb`` (``Validate``).
+Taught in ``notebooks/03_training.ipynb``. The loop calls every callback's hooks (``on_step``,
+``on_epoch_end``, ``on_train_end``, see ``training.Callback``) and stops when one returns True; the
+time spent in them is not training time. Here: :class:`Validate` (held-out scores after every epoch,
+with early stopping), :class:`TimeBudget` (a time box) and :class:`SaveCheckpoints` (save the run so
+that ``training.plan_training(..., resume=True)`` continues it). The loop itself knows nothing of
+them: a notebook or the command line chooses them, in one visible line.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 
-
-class Callback:
-    """Base class: every hook does nothing and never stops training."""
-
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
-        """After an optimiser step; ``step`` is its history record: ``{"step"`` (1-based), ``"epoch"``,
-        ``"loss"`` (nats), ``"lr"``, ``"seconds"`` (training clock so far, callbacks excluded)``}``.
-        True stops training."""
-        return False
-
-    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
-        """After an epoch; may add keys to its history ``record``; True stops training."""
-        return False
-
-    def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
-        """Once, after the last step (also after a stop)."""
+from .checkpoints import resume_key, save_checkpoint
+from .training import Callback, TrainingPlan
 
 
 class Validate(Callback):
@@ -84,3 +74,43 @@ class TimeBudget(Callback):
         if step["seconds"] >= self.seconds:
             self.stopped_at = step
         return self.stopped_at is not None
+
+
+def time_budget(plan: TrainingPlan) -> TimeBudget:
+    """The run's :class:`TimeBudget`: ``settings.time_budget_minutes`` of this run's training clock (the
+    minutes of a run it resumes come on top); one that never stops when the setting is 0."""
+    minutes, trained = plan.settings.time_budget_minutes, sum(e["seconds"] for e in plan.history["epochs"])
+    return TimeBudget(60 * minutes + trained if minutes else math.inf)
+
+
+class SaveCheckpoints(Callback):
+    """Checkpoint ``plan`` into ``plan.output_dir`` every ``checkpoint_every`` optimiser steps and at the
+    end of each epoch (also an epoch a time budget cut short), so that ``plan_training(...,
+    resume=True)`` continues the run from there (``checkpoints.save_checkpoint``: every process
+    calls it). Pass it last: an epoch's record is saved with what the callbacks before it added
+    (``Validate``'s scores). Does nothing for a plan without an output folder."""
+
+    def __init__(self, plan: TrainingPlan) -> None:
+        self.plan = plan
+
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+        every, where = self.plan.settings.checkpoint_every, self.plan.position
+        if every and step["step"] % every == 0 and where["batches_done"] < where["batches"]:
+            self.save(where["epoch"], where["batches_done"])  # the epoch's end saves its own
+        return False
+
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+        if "batches_done" in record:  # cut short: resume inside the epoch
+            self.save(record["epoch"] - 1, record["batches_done"])
+        else:
+            self.save(record["epoch"], 0)
+        return False
+
+    def save(self, epoch: int, batches_done: int) -> None:
+        """Save the run as at ``batches_done`` batches into ``epoch`` (0-based)."""
+        plan = self.plan
+        if plan.output_dir is None:
+            return
+        state = {"epoch": epoch, "batches_done": batches_done, "global_step": plan.history["optimizer_steps"]}
+        key = resume_key(plan.settings, plan.accelerator.num_processes)
+        save_checkpoint(plan.accelerator, plan.output_dir, {**state, "run": key, "history": plan.history})

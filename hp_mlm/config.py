@@ -54,7 +54,7 @@ class Settings:
             ``"bert"`` (80/10/10, Devlin et al. 2019, section 3.1), ``"whole_word"`` (all pieces
             of a word together) or ``"entity"`` (whole words, names from the corpus preferred).
         entity_min_count: a capitalised word must appear this often mid-sentence to count as an
-            entity (see ``entities.find_entities``).
+            entity (see ``data.find_entities``).
         batch_size: rows per optimiser step (before gradient accumulation).
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
@@ -83,7 +83,7 @@ class Settings:
         schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
             flat) or ``"auto"`` (linear for a pretrained head, ``NEW_HEAD``'s for a new one).
         padding: ``"batch"`` (each batch to its longest row), ``"pack"`` (rows joined, cut into blocks at
-            word starts: ``packing.pack_rows``) or ``"dataset"`` (every row to the longest: the original's).
+            word starts: ``tokens.pack_rows``) or ``"dataset"`` (every row to the longest: the original's).
         mask_once: draw each training row's masks once, before training (the original tutorial's
             static masks), instead of afresh for every batch.
         label_all_tokens: label every real token, not only the masked ones (the original

@@ -8,7 +8,7 @@ comes from the tokenizer. Strategies:
   token (never special, never ``[unusedN]``: see ``replacement_ids``), 10% stay (Devlin et al. 2019, 3.1).
 - ``"whole_word"``: whole words are chosen, so all pieces of a word are masked together and a
   ``##`` piece is never a target alone (Google's whole-word-masking BERT release, 2019).
-- ``"entity"``: whole words, with names from the corpus (see ``entities.find_entities``) chosen
+- ``"entity"``: whole words, with names from the corpus (see ``data.find_entities``) chosen
   ``ENTITY_BOOST`` times as often as other words, at the same overall rate.
 """
 
@@ -22,8 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .common import generator as seeded_generator
 from .profiles import MASKING_STRATEGIES as STRATEGIES
-from .tokens import as_rows, pad_batch
-from .words import replacement_ids, require_word_pieces, word_start_index
+from .tokens import as_rows, pad_batch, replacement_ids, require_word_pieces, word_start_index
 
 IGNORE_INDEX = -100  # cross-entropy skips these labels (torch's default ignore_index)
 #: How much more often an entity word is chosen than another word under ``strategy="entity"``.
@@ -144,7 +143,7 @@ def with_position(rows: Sequence[dict[str, Any]], epoch: int, batch_index: int) 
 class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
-    Use as a ``DataLoader`` ``collate_fn`` (``plan.epoch_loader`` builds one). A batch's masks are
+    Use as a ``DataLoader`` ``collate_fn`` (``training.epoch_loader`` builds one). A batch's masks are
     a pure function of where it falls: batch ``b`` of epoch ``e`` (the :data:`BATCH_POSITION` keys its
     rows carry, see :func:`with_position`; rows without them are batch 0 of epoch 0) draws from a
     generator seeded with ``common.derive_seed(seed, "masks", e, b)`` (plus ``"process", p`` for a

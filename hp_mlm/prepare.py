@@ -16,14 +16,12 @@ from datasets import Dataset
 
 from .common import resolve_precision, run_device
 from .config import Settings, resolve_auto
-from .data import CorpusReport, load_corpus, train_validation_split
-from .entities import find_entities
+from .data import CorpusReport, find_entities, load_corpus, train_validation_split
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
-from .packing import epoch_padding_share, grouped, pack_rows
 from .profiles import PACKAGE_PROBES
-from .tokens import check_max_length, tokenize_rows, truncation
+from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation
 
 
 @dataclass
@@ -39,7 +37,7 @@ class Prepared:
         train_tokens, validation_tokens: tokenised rows (``input_ids``, ``attention_mask``,
             ``special_tokens_mask``, ``length``).
         frozen_validation: validation rows with masks frozen by ``settings.seed``.
-        entities: entity words found in the training rows (``entities.find_entities``); their
+        entities: entity words found in the training rows (``data.find_entities``); their
             pieces are marked in the tokenised rows' ``entity_mask``.
         seconds: wall time of each phase: ``{"load", "tokenise"}``.
         truncated: ``{"rows_cut", "tokens_dropped"}``: what truncation at ``max_length`` dropped
@@ -150,7 +148,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
 
 
 def packed_rows(train_rows: Dataset, tokenizer, settings: Settings, entities: list[str]) -> Dataset:
-    """``train_rows`` packed into blocks of ``settings.max_length`` (``packing.pack_rows``), entities marked."""
+    """``train_rows`` packed into blocks of ``settings.max_length`` (``tokens.pack_rows``), entities marked."""
     return pack_rows(train_rows, tokenizer, settings.max_length, settings.text_column, entities)
 
 

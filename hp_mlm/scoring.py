@@ -29,8 +29,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, mlm_logits, model_device, out_of_memory_in
-from .tokens import pad_batch
-from .words import continuation_table, replacement_ids, wordlike_table
+from .tokens import continuation_table, pad_batch, replacement_ids, wordlike_table
 
 
 def with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:

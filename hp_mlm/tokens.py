@@ -1,17 +1,38 @@
-"""Tokens: text rows to ``input_ids``, batches padded per batch, and length-grouped batch order.
+"""Tokens: text rows to ``input_ids``, word pieces, batches padded per batch, and rows packed into blocks.
 
-Taught in ``notebooks/01_tokenising.ipynb``.
+Taught in ``notebooks/01_tokenising.ipynb``, in the order of this file:
+
+- rows to ``input_ids`` (:func:`tokenize_rows`), each batch padded to its own longest row
+  (:func:`pad_batch`), and the batches of an epoch with rows of similar length together
+  (:func:`plan_batches`);
+- word pieces: which ids continue a word (WordPiece ``##`` pieces), where each word starts and which
+  ids are ordinary tokens, in tables built once per tokenizer from its own vocabulary (no token id is
+  written here); whole-word masking (``masking``) and the per-kind scores of ``evaluation`` use them;
+- packing (``padding="pack"``, notebook 06): the training rows joined end to end and cut into blocks
+  of ``max_length``. The Hugging Face course and ``run_mlm`` chunk the joined rows into blocks of 128
+  (their ``group_texts``) and drop the last partial block. Here every cut moves back to the start of a
+  word, so no block begins with a ``##`` piece; each block gets its own ``[CLS]``/``[SEP]``; and the
+  last, shorter block is kept, so no token is dropped. Held-out rows are never packed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import re
+import weakref
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 from transformers.trainer_pt_utils import get_length_grouped_indices
+
+from .common import generator
+
+# ---------------------------------------------------------------------------------------------
+# Rows to input_ids, padding per batch, the batches of an epoch (notebook 01)
+# ---------------------------------------------------------------------------------------------
+
 
 #: Columns a tokenised row keeps (``token_type_ids`` is all zeros for one-segment rows, so dropped).
 MODEL_COLUMNS = ("input_ids", "attention_mask", "special_tokens_mask")
@@ -81,7 +102,7 @@ def tokenize_rows(
     cut at a word start, so no text is lost and no row starts inside a word (Case C44). No padding
     here: batches are padded later, each to its own longest row.
 
-    With ``entities`` (lower-cased words, e.g. from ``entities.find_entities``) each row also gets
+    With ``entities`` (lower-cased words, e.g. from ``data.find_entities``) each row also gets
     ``entity_mask``: 1 on every piece of a word in ``entities``, else 0 (needs a fast tokenizer).
 
     Returns:
@@ -259,3 +280,162 @@ def padding_share(batches: Sequence[Sequence[int]], lengths: Sequence[int], pad_
         real += sum(row_lengths)
         padded += width * len(row_lengths)
     return 0.0 if padded == 0 else 1.0 - real / padded
+
+
+# ---------------------------------------------------------------------------------------------
+# Word pieces: where words start and continue, from the tokenizer's vocabulary (notebook 01)
+# ---------------------------------------------------------------------------------------------
+
+
+_TABLES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> {(name, vocab size): tensor}
+_Build = Callable[[list[str]], torch.Tensor]  # tokens in id order -> a table
+#: A vocabulary entry written as a bracketed name (``[unused12]``, ``[CLS]``): a reserved slot, not a word.
+RESERVED = re.compile(r"\[[^\[\]\s]+\]")
+
+
+def _per_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str, build: _Build) -> torch.Tensor:
+    """``build(tokens)`` over the tokenizer's tokens in id order, once per tokenizer and vocabulary size."""
+    tables = _TABLES.setdefault(tokenizer, {})
+    key = (name, len(tokenizer))  # a tokenizer that gained tokens gets a fresh table
+    if key not in tables:
+        tables[key] = build([t or "" for t in tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))])
+    return tables[key]
+
+
+def continuation_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[vocab]: True for ids that continue a word (WordPiece ``##`` pieces).
+
+    For a vocabulary without ``##`` pieces (not WordPiece) every token counts as a word start:
+    :func:`require_word_pieces` refuses whole-word masking there. Computed once per tokenizer.
+    """
+    return _per_tokenizer(tokenizer, "continuation", lambda tokens: torch.tensor([t.startswith("##") for t in tokens]))
+
+
+def wordlike_table(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[vocab]: True for ids whose text (``##`` mark aside) holds a letter or digit, i.e. can be
+    part of a word; punctuation and symbols are False. Computed once per tokenizer."""
+    return _per_tokenizer(
+        tokenizer,
+        "wordlike",
+        lambda tokens: torch.tensor([any(c.isalnum() for c in t.removeprefix("##")) for t in tokens]),
+    )
+
+
+def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """LongTensor[n]: the ordinary token ids that ``strategy="bert"`` draws its random replacements from.
+
+    Special tokens (``tokenizer.all_special_ids``) and reserved slots (entries written as a bracketed name,
+    ``RESERVED``: bert-base-uncased's ``[unused0]``..``[unused993]`` are 3.3% of its vocabulary) are left
+    out, so a replacement is a real word or piece. ``DataCollatorForLanguageModeling.torch_mask_tokens`` and
+    Google's ``create_pretraining_data.py`` draw from the whole vocabulary instead. Computed once per
+    tokenizer. Raises ValueError when no token is ordinary (then use ``strategy="mask"``).
+    """
+    special = set(tokenizer.all_special_ids)
+    ids = _per_tokenizer(
+        tokenizer,
+        "replacements",
+        lambda tokens: torch.tensor(
+            [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long
+        ),
+    )
+    if len(ids) == 0:
+        raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
+    return ids
+
+
+def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """For every position, the position where its word starts (itself, unless it is a ``##`` piece).
+
+    Args:
+        input_ids: LongTensor[batch, seq_len] of original (unmasked) ids.
+    Returns:
+        LongTensor[batch, seq_len].
+    """
+    table = continuation_table(tokenizer)
+    cont = table[input_ids.clamp(0, len(table) - 1)]
+    positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
+    return torch.cummax(torch.where(cont, torch.zeros_like(positions), positions), dim=1).values
+
+
+def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
+    cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
+    next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
+    return cont | next_cont
+
+
+def require_word_pieces(tokenizer: PreTrainedTokenizerBase, strategy: str) -> None:
+    """Raise ValueError when ``strategy`` masks whole words and the vocabulary marks no word pieces
+    (no ``##`` entries: not a WordPiece vocabulary such as BERT's), where it would silently become
+    token masking (Case C45)."""
+    if not bool(continuation_table(tokenizer).any()):
+        raise ValueError(
+            f"`masking` {strategy!r} finds words by WordPiece's '##' pieces, and this tokenizer "
+            f"({type(tokenizer).__name__}, {len(tokenizer):,} tokens) has none: use `masking` 'mask' or 'bert'"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Packing: rows joined and cut into blocks at word starts (padding="pack", notebook 06)
+# ---------------------------------------------------------------------------------------------
+
+
+def pack_rows(
+    rows: Dataset,
+    tokenizer: PreTrainedTokenizerBase,
+    max_length: int,
+    text_column: str = "text",
+    entities: Collection[str] | None = None,
+) -> Dataset:
+    """The rows' tokens, in row order, as blocks of at most ``max_length`` tokens (``[CLS]``/``[SEP]`` included).
+
+    Each row is tokenised without special tokens, the rows are joined end to end (a row's end is
+    always a word's end), and the stream is cut every ``max_length - 2`` tokens, each cut moved back
+    to the start of a word (a word longer than a block is cut where it must be). Every token of every
+    row is in exactly one block. Needs a fast tokenizer (``word_ids``).
+
+    Args:
+        entities: lower-cased words whose pieces are marked in ``entity_mask`` (as ``tokens.tokenize_rows``).
+    Returns:
+        A ``Dataset`` with the columns of ``tokens.tokenize_rows``: ``input_ids``, ``attention_mask``,
+        ``special_tokens_mask``, ``length`` (and ``entity_mask``), one block per row, no padding.
+    Raises:
+        ValueError: ``max_length`` below 3 (no room for a token between ``[CLS]`` and ``[SEP]``), or the
+            rows hold no token at all.
+    """
+    if max_length < 3:
+        raise ValueError(f"packing needs max_length of at least 3 ([CLS], a token, [SEP]), got {max_length}")
+    wanted = frozenset(entities) if entities is not None else None
+    texts = list(rows[text_column])
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None) if texts else None
+    ids: list[int] = []
+    words: list[int | None] = []
+    marks: list[int] = []
+    first = 0  # word indices run on across rows, so a row's first token always starts a word
+    for i, text in enumerate(texts):
+        row_words = enc.word_ids(i)
+        ids.extend(enc["input_ids"][i])
+        words.extend(None if w is None else first + w for w in row_words)
+        first += 1 + max((w for w in row_words if w is not None), default=-1)
+        if wanted is not None:
+            marks.extend(entity_piece_mask(text, row_words, enc["offset_mapping"][i], wanted))
+    if not ids:
+        raise ValueError(f"the {len(texts)} training rows hold no token to pack; check the text column")
+    out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
+    append_cut_rows(out, tokenizer, ids, words, max_length - 2, marks if wanted is not None else None)
+    return Dataset.from_dict(out)
+
+
+def grouped(padding: str, group_by_length: bool) -> bool:
+    """Whether the batch plan groups rows by length: only for rows padded per batch (``"batch"``,
+    ``"pack"``); the original's ``"dataset"`` padding makes every row as long as the longest."""
+    return group_by_length and padding != "dataset"
+
+
+def epoch_padding_share(
+    lengths: Sequence[int], batch_size: int, seed: int, group_by_length: bool, pad_to_length: int | None = None
+) -> float:
+    """Fraction in [0, 1] of the first epoch's batch positions that are padding, for the batches the
+    training plan builds (``tokens.plan_batches`` with ``training.epoch_loader``'s generator)."""
+    batches = plan_batches(lengths, batch_size, generator(seed, "shuffle", 0), group_by_length)
+    return padding_share(batches, lengths, pad_to_length)

@@ -1,28 +1,501 @@
-"""Training: one readable loop that runs a :class:`~hp_mlm.plan.TrainingPlan`.
+"""MERGED: objective: The objective: cross-entropy at the masked positions only (Devlin et al. 2019, section 3.1).
+
+Taught in ``notebooks/03_training.ipynb``. :func:`masked_lm_loss` is what the training loop
+minimises; :class:`MaskedLMObjective` wraps a model so that its ``forward`` returns that loss, which
+lets ``accelerate`` (DDP, autocast) see one module. | plan: The plan: everything the training loop needs, decided before it starts.
+
+Taught in ``notebooks/03_training.ipynb`` (its first half; ``training.train`` is the second).
+:func:`plan_training` builds the optimiser (AdamW with weight-decay groups), the schedule (linear
+warmup, then decay or a held rate), how batches are built (fresh masks per batch, or the original
+tutorial's static data), the ``accelerate`` wrapper (precision, several processes) and the point
+to resume from, and returns them as one :class:`TrainingPlan`. Its feature set follows
+``transformers``' ``run_mlm_no_trainer.py``. | training: Training: one readable loop that runs a :class:`~hp_mlm.training.TrainingPlan`.
 
 Taught in ``notebooks/03_training.ipynb`` (its second half). Everything is decided before the loop
-by ``plan.plan_training`` (how batches are built, the optimiser, the schedule, where to resume); the
+by ``training.plan_training`` (how batches are built, the optimiser, the schedule, where to resume); the
 loop only steps, logs, checkpoints and asks its callbacks whether to stop. It runs through
 ``accelerate.Accelerator``, so the same code uses bf16/fp16 autocast and several GPUs under
-``accelerate launch``.
+``accelerate launch``. | callbacks: Callbacks: what the training loop does besides stepping (validation, early stopping, time budgets).
+
+``training.train`` calls every callback after each optimiser step and at the end of each epoch;
+any of them may stop training by returning True. Time spent inside callbacks is not counted in
+an epoch's ``seconds``. Taught in ``notebooks/03_training.ipynb`` (``Validate``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .allocator import reuse_freed_memory
-from .callbacks import Callback
-from .common import out_of_memory_in, sum_across_processes
+from .checkpoints import resume_key, resume_state
+from .common import (
+    MIXED_PRECISION,
+    cpu_process_group,
+    derive_seed,
+    generator,
+    mlm_logits,
+    out_of_memory_in,
+)
 from .config import Settings
-from .objective import masked_counts
-from .plan import TrainingPlan
+from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, original_batches
+from .tokens import as_rows, grouped, pad_batch, plan_batches
+
+# ---------------------------------------------------------------------------------------------
+# objective
+# ---------------------------------------------------------------------------------------------
+
+
+def masked_lm_loss(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    labels: torch.Tensor,
+    masked_positions_only: bool = True,
+    num_items: int | None = None,
+) -> torch.Tensor:
+    """Mean cross-entropy (nats) over the positions whose label is not -100: a scalar FloatTensor.
+
+    ``input_ids``, ``attention_mask``, ``labels``: LongTensor[batch, seq_len]. With
+    ``masked_positions_only`` the MLM head runs only at the labelled positions; the loss is the
+    same as ``model(..., labels=labels).loss`` (a test checks it to 1e-5). With ``num_items`` the
+    sum of the cross-entropies is divided by it instead of by this batch's labelled positions: the
+    training loop passes the masked tokens of a whole accumulation window (over every process), so
+    that the window's gradient is the large batch's, each masked token weighing the same (as
+    transformers' ``num_items_in_batch``). A batch with no labelled position gives a zero loss that
+    still has a gradient graph, never NaN.
+    """
+    target = labels != IGNORE_INDEX
+    if not bool(target.any()):
+        return model(input_ids=input_ids, attention_mask=attention_mask).logits.sum() * 0.0
+    logits = mlm_logits(model, input_ids, attention_mask, target if masked_positions_only else None)
+    if not masked_positions_only:
+        logits = logits[target]
+    if num_items is None:
+        return nn.functional.cross_entropy(logits.float(), labels[target])
+    return nn.functional.cross_entropy(logits.float(), labels[target], reduction="sum") / num_items
+
+
+class MaskedLMObjective(nn.Module):
+    """Wraps a masked-LM so that ``forward(input_ids, attention_mask, labels, num_items)`` returns
+    :func:`masked_lm_loss`."""
+
+    def __init__(self, model: nn.Module, masked_positions_only: bool = True) -> None:
+        super().__init__()
+        self.model, self.masked_positions_only = model, masked_positions_only
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, num_items: int | None = None
+    ) -> torch.Tensor:
+        return masked_lm_loss(self.model, input_ids, attention_mask, labels, self.masked_positions_only, num_items)
+
+
+def masked_counts(batches: list[dict[str, torch.Tensor]], accelerator) -> list[int]:
+    """Masked tokens (labels other than -100) of each batch of an accumulation window, summed over
+    every process (one ``accelerator.reduce`` for the window).
+
+    A batch whose count is 0 (a short row, a low ``mlm_probability``) is skipped by the loop on
+    every process together (or their steps would go out of step); the sum is what
+    :func:`masked_lm_loss` divides by (``num_items``), counted before the window starts.
+    """
+    counts = torch.tensor([int((b["labels"] != IGNORE_INDEX).sum()) for b in batches], device=accelerator.device)
+    return accelerator.reduce(counts, reduction="sum").tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# plan
+# ---------------------------------------------------------------------------------------------
+
+
+def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
+    """``torch.optim.AdamW`` with no weight decay on biases and LayerNorm weights (as ``run_mlm``).
+
+    PyTorch's (``transformers.AdamW`` is gone), ``fused=True`` where torch has the kernel: the same
+    update in one pass, 4 times faster than the default on a CPU (benchmarks/results/fused_adamw.md).
+    """
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            exempt = name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if exempt else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
+    except (RuntimeError, ValueError):  # an older torch, or a device without the fused kernel
+        return torch.optim.AdamW(groups, lr=learning_rate)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float, kind: str = "linear"):
+    """Linear warmup over ``warmup_fraction`` of ``total_steps`` optimiser steps, then linear decay
+    to 0 (``kind="linear"``) or a flat rate (``kind="constant"``), via ``transformers.get_scheduler``.
+
+    Raises:
+        ValueError: ``kind`` is neither (``"auto"`` is resolved by ``config.resolve_auto``).
+    """
+    from transformers import get_scheduler
+
+    names = {"linear": "linear", "constant": "constant_with_warmup"}
+    if kind not in names:
+        raise ValueError(f"schedule must be 'linear' or 'constant' here, got {kind!r} (resolve 'auto' first)")
+    warmup = int(round(warmup_fraction * total_steps))
+    return get_scheduler(names[kind], optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+
+
+def optimizer_steps(n_rows: int, settings: Settings) -> int:
+    """Optimiser steps of the whole run on ``n_rows`` rows: batches per epoch, divided by the
+    accumulation steps (rounded up), times the epochs. With N processes accelerate advances the
+    schedule N times per optimiser step, so a schedule of this length ends on time."""
+    batches = math.ceil(n_rows / settings.batch_size)
+    return math.ceil(batches / settings.gradient_accumulation_steps) * settings.epochs
+
+
+def training_data(rows: Sequence[dict[str, Any]], tokenizer, settings: Settings, process_index: int = 0):
+    """How the training batches are built: ``(rows_for_the_loader, collate_fn)``.
+
+    - the course (``padding="batch"``): each batch padded to its own longest row, masks drawn
+      afresh for every batch by :class:`~hp_mlm.masking.MaskingCollator` (seeded per epoch and batch);
+    - ``mask_once``: masks drawn once before training (:func:`~hp_mlm.masking.freeze_masks`);
+    - ``padding="dataset"``: the original tutorial's data, built once
+      (:func:`~hp_mlm.masking.original_batches`: longest-row padding, static masks, labels everywhere).
+    """
+    if settings.padding == "dataset":
+        static = original_batches(rows, tokenizer, settings.mlm_probability, generator(settings.seed, "original-masks"))
+        return [{k: v[i] for k, v in static.items()} for i in range(len(rows))], None
+    if settings.mask_once:  # static masks, drawn once: a plain 15% draw (no row given one)
+        options = dict(label_all_tokens=settings.label_all_tokens, strategy=settings.masking, at_least_one=False)
+        seed = derive_seed(settings.seed, "static-masks")
+        frozen = freeze_masks(rows, tokenizer, settings.mlm_probability, seed, **options)
+        return frozen, partial(pad_batch, tokenizer=tokenizer)
+    collator = MaskingCollator(
+        tokenizer,
+        settings.mlm_probability,
+        seed=settings.seed,
+        process_index=process_index,
+        strategy=settings.masking,
+        label_all_tokens=settings.label_all_tokens,
+        pad_to_multiple_of=8 if torch.cuda.is_available() else None,
+    )
+    return list(rows), collator
+
+
+class PositionedRows(Dataset):
+    """The training rows, read by ``(epoch, batch index, row index)``: each row comes back with its
+    batch's position (``masking.BATCH_POSITION``), so the masks do not depend on how often, or in
+    which worker process, the collator was called."""
+
+    def __init__(self, rows: Sequence[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: tuple[int, int, int]) -> dict[str, Any]:
+        epoch, batch_index, row = index
+        return {**self.rows[row], "epoch": epoch, "batch_index": batch_index}
+
+
+def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, epoch: int) -> DataLoader:
+    """The DataLoader of one epoch: the batches of ``tokens.plan_batches`` (shuffled by
+    ``settings.seed`` and ``epoch``; ``lengths``: tokens per row), each row told its place
+    (:class:`PositionedRows`), so its masks depend on that place only. ``accelerator.prepare`` gives
+    each of N processes every N-th batch (accelerate's ``BatchSamplerShard``)."""
+    group = grouped(settings.padding, settings.group_by_length)
+    batches = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group)
+    positioned = [[(epoch, b, row) for row in batch] for b, batch in enumerate(batches)]
+    rows = PositionedRows(data)  # the loader gets its own generator: it draws nothing from the global RNG (dropout)
+    return DataLoader(rows, batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator())
+
+
+@dataclass
+class TrainingPlan:
+    """What :func:`plan_training` decided; ``training.train`` runs it.
+
+    Attributes:
+        model: the model trained in place (moved to the device; save and evaluate this one).
+        settings: the run's resolved settings (``learning_rate``, ``schedule``, ``precision`` concrete).
+        accelerator: the ``accelerate.Accelerator`` (precision, processes).
+        objective, optimizer, scheduler: prepared by the accelerator (the objective wraps ``model``).
+        data, collate_fn, lengths: the rows for the loader, how a batch is built, tokens per row.
+        total_steps: optimiser steps of the whole run (:func:`optimizer_steps`).
+        start_epoch, batches_done: where the loop starts (0, 0 unless resuming a checkpoint).
+        history: the run's history so far (empty, or the checkpoint's).
+        output_dir: where checkpoints go (None: nowhere).
+        ran: whether :func:`train` has run this plan (a plan runs once).
+        position: where the loop is, for a checkpoint (``callbacks.SaveCheckpoints``): ``{"epoch"``
+            (0-based), ``"batches_done"`` (of the epoch's batches), ``"batches"`` (in the epoch)``}``.
+    """
+
+    model: nn.Module
+    settings: Settings
+    accelerator: Any
+    objective: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    data: Any
+    collate_fn: Callable | None
+    lengths: list[int]
+    total_steps: int
+    start_epoch: int
+    batches_done: int
+    history: dict[str, Any]
+    output_dir: Path | None
+    ran: bool = False
+    position: dict[str, int] = field(default_factory=dict)
+
+    def start(self) -> None:
+        """Mark the plan as run; raise ValueError if it has run before (its optimiser and schedule
+        are spent: a second run would go on at the schedule's end, at rate 0 for a decayed one)."""
+        if self.ran:
+            raise ValueError("this plan has been trained already; make a new one with plan_training to train again")
+        self.ran = True
+
+    def epoch_batches(self, epoch: int) -> tuple[Any, int]:
+        """``(loader, batches already done)`` for ``epoch``: a resumed epoch skips what it did."""
+        skip = self.batches_done if epoch == self.start_epoch else 0
+        loader = self.accelerator.prepare(epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch))
+        return (self.accelerator.skip_first_batches(loader, skip) if skip else loader), skip
+
+
+def check_resolved(settings: Settings) -> None:
+    """Raise ValueError when a setting left on ``auto`` reaches training (``config.resolve_auto``
+    settles it for a model; ``prepare.prepare`` calls it)."""
+    values = {"learning_rate": settings.learning_rate, "schedule": settings.schedule, "epochs": settings.epochs}
+    unresolved = [
+        name for name, value in {**values, "precision": settings.precision}.items() if value in (None, "auto")
+    ]
+    if unresolved:
+        raise ValueError(
+            f"{', '.join(unresolved)} still 'auto': use prepare(settings).settings, or settle them for the model "
+            "with config.resolve_auto(settings, head_newly_initialised), or set them"
+        )
+
+
+def new_accelerator(settings: Settings):
+    """A fresh ``accelerate.Accelerator`` for this run's precision. Gradient accumulation is the
+    loop's own (``training.training_step`` weighs a window by its masked tokens), not accelerate's."""
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState, GradientState
+
+    # accelerate keeps one precision per process; each run sets its own (the process group stays).
+    AcceleratorState._reset_state(reset_partial_state=False)
+    GradientState._reset_state()
+    return Accelerator(mixed_precision=MIXED_PRECISION[settings.precision], cpu=cpu_process_group())
+
+
+def plan_training(
+    model: nn.Module,
+    tokenizer,
+    train_rows: Sequence[dict[str, Any]],
+    settings: Settings,
+    *,
+    make_scheduler: Callable[[torch.optim.Optimizer, int], Any] | None = None,
+    output_dir: str | Path | None = None,
+    resume: bool = False,
+) -> TrainingPlan:
+    """Decide everything the loop needs, in the order the loop needs it.
+
+    Args:
+        train_rows: tokenised rows (``input_ids``, ``attention_mask``, ``special_tokens_mask``).
+        settings: resolved settings (:func:`check_resolved`).
+        make_scheduler: ``(optimizer, total_steps) -> scheduler``; default :func:`build_scheduler`
+            with ``settings.schedule`` and ``settings.warmup_fraction`` over all epochs' steps.
+        output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and at
+            each epoch end); None keeps nothing on disk.
+        resume: continue from the last complete checkpoint in ``output_dir`` (its weights,
+            optimiser, schedule, random states and history are loaded now).
+    Raises:
+        ValueError: no training rows, a setting still ``auto``, or a checkpoint written with other
+            settings (``checkpoints.resume_state``).
+    """
+    check_resolved(settings)
+    if len(train_rows) == 0:
+        raise ValueError("no training rows: use a larger split or a smaller validation_fraction")
+    accelerator = new_accelerator(settings)
+    torch.manual_seed(settings.seed)  # dropout
+    train_rows = as_rows(train_rows)  # (1, n) tensors too, read once as lists
+    data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)
+    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay)
+    total_steps = optimizer_steps(len(train_rows), settings)
+    default = partial(build_scheduler, warmup_fraction=settings.warmup_fraction, kind=settings.schedule)
+    scheduler = (make_scheduler or default)(optimizer, total_steps)
+    # prepare() wraps the objective (DDP, autocast) but moves `model` in place: `model` stays the
+    # object to save, evaluate and checkpoint.
+    objective = MaskedLMObjective(model, settings.masked_positions_only)
+    objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
+    key = resume_key(settings, accelerator.num_processes)
+    state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
+    history = state["history"] if state else new_history(settings, accelerator)
+    start = (state["epoch"], state["batches_done"]) if state else (0, 0)
+    lengths = [len(r["input_ids"]) for r in train_rows]
+    folder = None if output_dir is None else Path(output_dir)
+    return TrainingPlan(
+        model,
+        settings,
+        accelerator,
+        objective,
+        optimizer,
+        scheduler,
+        data,
+        collate_fn,
+        lengths,
+        total_steps,
+        *start,
+        history,
+        folder,
+    )
+
+
+def new_history(settings: Settings, accelerator) -> dict[str, Any]:
+    """The history of a run that has not taken a step yet (see ``training.train`` for its keys)."""
+    return {
+        "steps": [],
+        "epochs": [],
+        "learning_rate": settings.learning_rate,
+        "optimizer_steps": 0,
+        "skipped_steps": 0,
+        "precision": settings.precision,
+        "device": str(accelerator.device),
+        "processes": accelerator.num_processes,
+        "batches_without_masks": 0,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The loop: notebook 03's hand loop, with what a real run needs around it
+# ---------------------------------------------------------------------------------------------
+
+
+def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
+    """Run ``plan`` (from :func:`plan_training`): fine-tune ``plan.model`` in place; return the history.
+
+    Args:
+        callbacks: :class:`Callback` objects (validation, early stopping, time budgets); any may stop
+            training by returning True.
+    Returns:
+        ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
+        "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision", "device",
+        "processes", "batches_without_masks"}`` (losses in nats, a step's the token-weighted loss of
+        its window; seconds of training clock, callbacks excluded; an epoch a callback cut short has
+        ``batches_done``, and its checkpoint resumes there; ``train_loss`` None for an epoch
+        without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
+        counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
+        batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
+    Raises:
+        TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
+        common.OutOfMemory: memory ran out in a step (names the phase, batch size, max_length and
+            what to lower).
+    """
+    plan.start()
+    for epoch in range(plan.start_epoch, plan.settings.epochs):
+        if train_epoch(plan, epoch, callbacks):
+            break
+    for c in callbacks:
+        c.on_train_end(plan.model, plan.history)
+    plan.model.eval()
+    return plan.history
+
+
+def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
+    """One epoch of optimiser steps and its record; True when a callback stops training."""
+    settings, history = plan.settings, plan.history
+    loader, skipped = plan.epoch_batches(epoch)  # a resumed epoch skips the batches it did before
+    done, end, losses, stop = skipped, skipped + len(loader), [], False
+    plan.objective.train()  # dropout on
+    clock, trained = time.perf_counter(), sum(e["seconds"] for e in history["epochs"])
+    show = settings.progress and plan.accelerator.is_main_process
+    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
+    for done, window in windows(bar, settings.gradient_accumulation_steps, skipped):
+        plan.position = {"epoch": epoch, "batches_done": done, "batches": end}  # for a checkpoint
+        loss = training_step(plan, window, epoch)
+        if loss is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
+            continue
+        losses.append(loss)
+        history["optimizer_steps"] += 1
+        record = {
+            "step": history["optimizer_steps"],
+            "epoch": epoch + 1,
+            "loss": loss,
+            "lr": plan.scheduler.get_last_lr()[0],
+            "seconds": trained + time.perf_counter() - clock,
+        }
+        history["steps"].append(record)
+        bar.set_postfix(loss=f"{loss:.3f}")
+        paused = time.perf_counter()
+        stop = any([c.on_step(plan.model, record) for c in callbacks])
+        clock += time.perf_counter() - paused  # callbacks are not training time
+        if stop:
+            break
+    bar.close()
+    record = {"epoch": epoch + 1, "train_loss": sum(losses) / len(losses) if losses else None}
+    record["seconds"] = time.perf_counter() - clock
+    if done < end:  # a callback stopped it (a time budget): its checkpoint resumes after batch `done`
+        record["batches_done"] = done
+    history["epochs"].append(record)
+    return any([c.on_epoch_end(plan.model, record) for c in callbacks]) or stop
+
+
+def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epoch: int) -> float | None:
+    """One optimiser step on an accumulation window (``gradient_accumulation_steps`` batches, fewer at
+    an epoch's end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad.
+
+    Each batch's loss is its masked tokens' summed cross-entropy over the masked tokens of the whole
+    window on every process (counted first), so the step is the one large batch would make and every
+    masked token weighs the same. A batch with nothing masked is left out.
+    Returns:
+        the window's loss in nats, or None when no update was made (nothing masked in the window, or
+        fp16 loss scaling found inf/NaN gradients: counted in ``history["skipped_steps"]``).
+    Raises:
+        TrainingDiverged: the loss is NaN/inf. common.OutOfMemory: in the passes or the optimiser step
+            (names the phase and :func:`memory_advice`).
+    """
+    accelerator, settings, history = plan.accelerator, plan.settings, plan.history
+    counts = masked_counts(window, accelerator)  # masked tokens of each batch, over every process
+    history["batches_without_masks"] += counts.count(0)  # no forward for them, no loss of 0.0 in the log
+    window, masked, total = [b for b, n in zip(window, counts) if n], sum(counts), 0.0
+    if not window:
+        return None
+    for j, batch in enumerate(window):
+        # only the window's last backward synchronises the processes' gradients
+        sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
+        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
+            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
+            check_finite(loss, history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
+            accelerator.backward(loss * accelerator.num_processes)  # DDP averages the processes' gradients: undo it
+        total += loss.item()
+    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
+        if settings.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
+        plan.optimizer.step()
+    plan.scheduler.step()  # accelerate's scheduler does not move when the optimiser skipped its step
+    plan.optimizer.zero_grad()
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()
+    if plan.optimizer.step_was_skipped:
+        history["skipped_steps"] = history.get("skipped_steps", 0) + 1  # a checkpoint of an older run lacks it
+        return None
+    return total
+
+
+def windows(batches, size: int, start: int):
+    """``(batches done after it, [batch, ...])`` for each accumulation window of ``size`` batches; the
+    last window of an epoch may be shorter, and still makes its step."""
+    window, done = [], start
+    for done, batch in enumerate(batches, start=start + 1):
+        window.append(batch)
+        if len(window) == size:
+            yield done, window
+            window = []
+    if window:
+        yield done, window
 
 
 class TrainingDiverged(RuntimeError):
@@ -51,130 +524,23 @@ def memory_advice(settings: Settings) -> str:
 OPTIMISER_PHASE = "the optimiser step (AdamW allocates its state, twice the weights, at the first step)"
 
 
-def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], masked: int, epoch: int) -> float:
-    """One optimiser step on an accumulation window (``gradient_accumulation_steps`` batches, fewer at
-    an epoch's end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad.
-    Returns the window's loss in nats: its masked tokens' summed cross-entropy over ``masked``, the
-    window's masked tokens over every process, so the step is the large batch's (Case C38).
-
-    Raises:
-        TrainingDiverged: the loss is NaN/inf. common.OutOfMemory: in the passes or the optimiser step
-            (names the phase and :func:`memory_advice`).
-    """
-    accelerator, settings = plan.accelerator, plan.settings
-    processes, total = accelerator.num_processes, 0.0
-    for j, batch in enumerate(window):
-        # only the window's last backward synchronises the processes' gradients
-        sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
-        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
-            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
-            check_finite(loss, plan.history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
-            accelerator.backward(loss * processes)  # DDP averages the processes' gradients: undo it
-        total += loss.item()
-    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
-        if settings.max_grad_norm > 0:
-            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
-        plan.optimizer.step()
-    plan.scheduler.step()
-    plan.optimizer.zero_grad()
-    return sum_across_processes([total])[0]
+# ---------------------------------------------------------------------------------------------
+# callbacks
+# ---------------------------------------------------------------------------------------------
 
 
-def windows(batches, size: int, start: int):
-    """``(batches done after it, [batch, ...])`` for each accumulation window of ``size`` batches; the
-    last window of an epoch may be shorter, and still makes its step (Case C39)."""
-    window, done = [], start
-    for done, batch in enumerate(batches, start=start + 1):
-        window.append(batch)
-        if len(window) == size:
-            yield done, window
-            window = []
-    if window:
-        yield done, window
+class Callback:
+    """Base class: every hook does nothing and never stops training."""
 
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+        """After an optimiser step; ``step`` is its history record: ``{"step"`` (1-based), ``"epoch"``,
+        ``"loss"`` (nats), ``"lr"``, ``"seconds"`` (training clock so far, callbacks excluded)``}``.
+        True stops training."""
+        return False
 
-def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Run ``plan`` (from ``plan.plan_training``): fine-tune ``plan.model`` in place; return the history.
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+        """After an epoch; may add keys to its history ``record``; True stops training."""
+        return False
 
-    Args:
-        callbacks: ``callbacks.Callback`` objects (validation, early stopping, time budgets); any
-            may stop training by returning True.
-    Returns:
-        ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
-        "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision", "device",
-        "processes", "batches_without_masks"}`` (losses in nats, a step's the token-weighted loss of
-        its window; seconds of training clock, callbacks excluded; an epoch a callback cut short has
-        ``batches_done``, and its checkpoint resumes there; ``train_loss`` None for an epoch
-        without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
-        counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
-        batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
-        On the CPU the epochs run inside ``allocator.reuse_freed_memory``: the memory a step frees is
-        kept for the next (faster steps, the same numbers; meanwhile the process holds about its
-        largest step's memory).
-    Raises:
-        TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
-        common.OutOfMemory: memory ran out in a step (names the phase, batch size, max_length and
-            what to lower).
-    """
-    plan.start()
-    stop = False
-    # on the CPU, each step's freed tensors are kept for the next step instead of faulted in again
-    with reuse_freed_memory(plan.accelerator.device.type == "cpu"):
-        for epoch in range(plan.start_epoch, plan.settings.epochs):
-            stop = train_epoch(plan, epoch, callbacks)
-            if stop:
-                break
-    for c in callbacks:
-        c.on_train_end(plan.model, plan.history)
-    plan.model.eval()
-    return plan.history
-
-
-def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
-    """One epoch of windows, its record and its checkpoint; True when a callback stops training."""
-    settings, history, model = plan.settings, plan.history, plan.model
-    loader, done = plan.epoch_batches(epoch)
-    plan.objective.train()
-    clock, losses, stop = time.perf_counter(), [], False
-    trained = sum(e["seconds"] for e in history["epochs"])
-    show = settings.progress and plan.accelerator.is_main_process
-    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
-    done_after = done
-    for done_after, window in windows(bar, settings.gradient_accumulation_steps, done):
-        counts = masked_counts(window)
-        history["batches_without_masks"] += counts.count(0)  # no forward, no loss of 0.0 in the log
-        kept = [batch for batch, count in zip(window, counts) if count]
-        if not kept:
-            continue
-        losses.append(training_step(plan, kept, sum(counts), epoch))
-        if plan.optimizer.step_was_skipped:  # fp16 loss scaling found inf/NaN gradients: no update
-            history["skipped_steps"] = history.get("skipped_steps", 0) + 1
-            continue
-        history["optimizer_steps"] += 1
-        step, lr = history["optimizer_steps"], plan.scheduler.get_last_lr()[0]
-        record = {
-            "step": step,
-            "epoch": epoch + 1,
-            "loss": losses[-1],
-            "lr": lr,
-            "seconds": trained + time.perf_counter() - clock,
-        }
-        history["steps"].append(record)
-        bar.set_postfix(loss=f"{losses[-1]:.3f}")
-        if settings.checkpoint_every and step % settings.checkpoint_every == 0 and done_after < len(loader) + done:
-            plan.save(epoch, done_after)
-        paused = time.perf_counter()
-        stop = any([c.on_step(model, record) for c in callbacks])
-        clock += time.perf_counter() - paused  # callbacks are not training time
-        if stop:
-            break
-    bar.close()
-    mean = sum(losses) / len(losses) if losses else None
-    record = {"epoch": epoch + 1, "train_loss": mean, "seconds": time.perf_counter() - clock}
-    complete = done_after == len(loader) + done  # else a callback stopped it (a time budget): resume there
-    if not complete:
-        record["batches_done"] = done_after
-    stop = any([c.on_epoch_end(model, record) for c in callbacks]) or stop
-    history["epochs"].append(record)
-    plan.save(epoch + 1, 0) if complete else plan.save(epoch, done_after)
-    return stop
+    def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
+        """Once, after the last step (also after a stop)."""

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import nbformat
 
-from hp_mlm.course import episode_minutes, frame_table
+from hp_mlm.course.episodes import episode_minutes, frame_table
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TIMES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "notebook_times.json"

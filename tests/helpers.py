@@ -39,13 +39,16 @@ def run_cli(*args, env=None, timeout=300):
 
 def fit(model, tokenizer, rows, settings, callbacks=(), **plan):
     """Notebook 03's two halves: ``plan_training`` (with ``settings``' ``auto`` values settled for a
-    new head, as ``prepare`` would for the smoke BERT), then ``train``. Returns the history."""
+    new head, as ``prepare`` would for the smoke BERT), then ``train`` as the main job runs it
+    (``job.run_training``, checkpoints last). Returns the history."""
+    from hp_mlm.callbacks import SaveCheckpoints
     from hp_mlm.config import resolve_auto
-    from hp_mlm.plan import plan_training
-    from hp_mlm.training import train
+    from hp_mlm.ops.job import run_training
+    from hp_mlm.training import plan_training
 
     resolved = resolve_auto(settings, head_newly_initialised=True)
-    return train(plan_training(model, tokenizer, rows, resolved, **plan), callbacks)
+    planned = plan_training(model, tokenizer, rows, resolved, **plan)
+    return run_training(planned, [*callbacks, SaveCheckpoints(planned)])
 
 
 def github_anchor(heading: str) -> str:

@@ -5,7 +5,7 @@ import resource
 import pytest
 import torch
 
-from hp_mlm import allocator
+from hp_mlm.ops import allocator
 
 needs_glibc = pytest.mark.skipif(allocator.glibc() is None, reason="the setting only applies to glibc")
 PAGES = 64 * 2**20 // 4096  # a 64 MB tensor: above glibc's largest mmap threshold (32 MB)
@@ -42,8 +42,8 @@ def test_disabled_or_without_glibc_nothing_changes(monkeypatch):
         assert switched is False
 
 
-def test_the_training_loop_switches_it_on_the_cpu_only(monkeypatch):
-    from hp_mlm import training
+def test_the_main_jobs_training_switches_it_on_the_cpu_only(monkeypatch):
+    from hp_mlm.ops import job
 
     seen = []
 
@@ -51,7 +51,7 @@ def test_the_training_loop_switches_it_on_the_cpu_only(monkeypatch):
         seen.append(enabled)
         return allocator.reuse_freed_memory(enabled=False)
 
-    monkeypatch.setattr(training, "reuse_freed_memory", record)
+    monkeypatch.setattr(job, "reuse_freed_memory", record)
 
     class Plan:  # just enough of a TrainingPlan for train() to run no epoch
         class accelerator:
@@ -67,9 +67,9 @@ def test_the_training_loop_switches_it_on_the_cpu_only(monkeypatch):
         def start(self):
             pass
 
-    training.train(Plan())
+    job.run_training(Plan(), [])
     Plan.accelerator.device.type = "cuda"
-    training.train(Plan())
+    job.run_training(Plan(), [])
     assert seen == [True, False]
 
 
@@ -77,16 +77,16 @@ def test_training_gives_the_same_weights_with_or_without_it(monkeypatch, smoke_t
     """Only where memory comes from changes: the losses and the weights are bitwise the same."""
     from helpers import SENTENCES, fit, tokenised
 
-    from hp_mlm import training
     from hp_mlm.config import get_settings
     from hp_mlm.models import build_smoke_model
+    from hp_mlm.ops import job
 
     settings = get_settings("smoke", environ={}, epochs=2, batch_size=4, progress=False, precision="fp32")
     rows = tokenised(smoke_tokenizer, SENTENCES * 2)
     runs = []
     for enabled in (True, False):
         monkeypatch.setattr(
-            training, "reuse_freed_memory", lambda on, keep=enabled: allocator.reuse_freed_memory(on and keep)
+            job, "reuse_freed_memory", lambda on, keep=enabled: allocator.reuse_freed_memory(on and keep)
         )
         model = build_smoke_model(smoke_tokenizer)
         history = fit(model, smoke_tokenizer, rows, settings)

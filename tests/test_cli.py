@@ -4,9 +4,9 @@ import time
 import pytest
 from helpers import run_cli as cli
 
-from hp_mlm.cli import main
 from hp_mlm.config import get_settings
-from hp_mlm.job import run_job
+from hp_mlm.ops.cli import main
+from hp_mlm.ops.job import run_job
 
 
 @pytest.fixture(scope="module")
@@ -185,7 +185,7 @@ def test_metrics_time_every_phase_and_name_the_run(smoke_run):
 
 
 def test_the_after_is_the_last_epochs_validation_not_a_second_evaluation(tmp_path, monkeypatch):
-    from hp_mlm import job
+    from hp_mlm.ops import job
 
     calls = []
     real = job.evaluate

@@ -129,7 +129,7 @@ def test_a_bad_variable_is_named_with_the_kind_of_value_it_needs(name, raw, call
 
 
 def test_the_time_budget_has_a_short_variable_and_flag():
-    from hp_mlm.flags import flag_for
+    from hp_mlm.ops.flags import flag_for
 
     assert get_settings("smoke", environ={"HP_MLM_TIME_BUDGET": "2.5"}).time_budget_minutes == 2.5
     assert flag_for("time_budget_minutes") == "--time-budget"
@@ -153,7 +153,7 @@ def test_the_quick_profile_sets_epochs_by_the_kind_of_head():
 def test_a_plan_refuses_epochs_left_on_auto(smoke_tokenizer, smoke_model):
     from helpers import SENTENCES, tokenised
 
-    from hp_mlm.plan import plan_training
+    from hp_mlm.training import plan_training
 
     settings = get_settings("smoke", environ={}, schedule="linear", learning_rate=1e-3, precision="fp32").replace(
         epochs=None
@@ -166,7 +166,7 @@ def test_every_numeric_setting_is_read_as_a_number_from_its_flag():
     """A setting whose type is ``int | None`` or ``float | None`` gets a number from its flag, never text."""
     from dataclasses import fields
 
-    from hp_mlm.flags import build_parser, flag_for
+    from hp_mlm.ops.flags import build_parser, flag_for
 
     numeric = {f.name: f.type for f in fields(Settings) if f.type.split(" |")[0] in ("int", "float")}
     assert {"epochs", "learning_rate", "time_budget_minutes", "batch_size"} <= set(numeric)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hp_mlm.course import (
+from hp_mlm.course.episodes import (
     answer_quiz,
     episode_minutes,
     frame_table,
@@ -103,7 +103,9 @@ def test_the_readme_schedule_is_generated_from_the_notebooks():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     block = re.search(r"<!-- schedule: start -->\n(.*?)\n<!-- schedule: end -->", readme, re.S)
     assert block, "the README's schedule sits between <!-- schedule: start --> and <!-- schedule: end -->"
-    assert block.group(1).strip() == schedule_table(episodes), "regenerate it with hp_mlm.course.schedule_table"
+    assert block.group(1).strip() == schedule_table(episodes), (
+        "regenerate it with hp_mlm.course.episodes.schedule_table"
+    )
 
 
 def test_the_schedule_runs_a_clock_and_adds_up():

@@ -24,7 +24,7 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import MaskingCollator, freeze_masks
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.tokens import tokenize_rows
-import hp_mlm.plan as p
+import hp_mlm.callbacks as c
 import hp_mlm.training as t
 
 out, epochs, resume, slow = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
@@ -42,15 +42,16 @@ def recording(self, features):
     return collate(self, features)
 MaskingCollator.__call__ = recording
 if slow:  # report each checkpoint, so the test can kill the run just after one
-    real = p.save_checkpoint
+    real = c.save_checkpoint
     def save_and_report(*a, **k):
         path = real(*a, **k)
         if state.is_main_process:
             print("CHECKPOINT", path.name, flush=True)
         time.sleep(0.5)
         return path
-    p.save_checkpoint = save_and_report
-history = t.train(p.plan_training(model, tok, tokens, settings, output_dir=out, resume=resume))
+    c.save_checkpoint = save_and_report
+plan = t.plan_training(model, tok, tokens, settings, output_dir=out, resume=resume)
+history = t.train(plan, [c.SaveCheckpoints(plan)])
 frozen = freeze_masks(tokens[:60], tok, 0.15, seed=7)
 result = evaluate(model, frozen, tok, batch_size=8)  # each process scores every other batch
 if state.is_main_process:
@@ -193,14 +194,14 @@ def test_a_killed_two_process_run_resumes_to_the_same_weights(tmp_path):
 
 TWO_ROWS = """
 import sys, torch
-import hp_mlm.plan as p
+import hp_mlm.callbacks as c
 import hp_mlm.training as t
 from hp_mlm.common import process_state
 from hp_mlm.config import get_settings
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from safetensors.torch import save_file
 out, batch_size = sys.argv[1], int(sys.argv[2])
-p.build_optimizer = lambda model, lr, weight_decay=0.0: torch.optim.SGD(model.parameters(), lr=lr)
+t.build_optimizer = lambda model, lr, weight_decay=0.0: torch.optim.SGD(model.parameters(), lr=lr)
 settings = get_settings("smoke", environ={}, batch_size=batch_size, epochs=1, mask_once=True, schedule="constant",
                         warmup_fraction=0.0, max_grad_norm=0.0, group_by_length=False, precision="fp32",
                         learning_rate=1.0, mlm_probability=0.4, checkpoint_every=0, progress=False)
@@ -210,7 +211,7 @@ enc = tok(["Hob rowed.", "Mira Ashdown crossed the Silver Lake at dawn and rowed
           return_special_tokens_mask=True, return_token_type_ids=False)
 rows = [{k: enc[k][i] for k in ("input_ids", "attention_mask", "special_tokens_mask")} for i in range(2)]
 start = {k: v.clone() for k, v in model.state_dict().items()}
-history = t.train(p.plan_training(model, tok, rows, settings))
+history = t.train(t.plan_training(model, tok, rows, settings))
 if process_state().is_main_process:
     save_file({k: (v - start[k]).contiguous() for k, v in model.state_dict().items()}, out)
     print("LOSS", history["steps"][0]["loss"], history["optimizer_steps"], flush=True)

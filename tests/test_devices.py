@@ -5,9 +5,10 @@ import pytest
 import torch
 from helpers import SENTENCES, tokenised
 
-from hp_mlm import common, evaluation, inference, job, prepare
+from hp_mlm import common, evaluation, inference, prepare
 from hp_mlm.config import get_settings
 from hp_mlm.masking import freeze_masks
+from hp_mlm.ops import job
 
 MPS = torch.device("mps")
 

@@ -10,7 +10,7 @@ import pytest
 from hub_cache import lay_hf_cache
 from test_hub_paths import clean_network, closed_port, use_cache  # noqa: F401 - a fixture
 
-from hp_mlm import doctor
+from hp_mlm.ops import doctor
 
 FIELDS = (
     "python",
@@ -99,7 +99,7 @@ def test_a_check_that_fails_is_one_line_and_the_others_still_run(monkeypatch, ca
 
 
 def test_the_doctor_runs_from_the_command_line_too(capsys):
-    from hp_mlm import cli
+    from hp_mlm.ops import cli
 
     assert cli.main(["doctor", "--profile", "smoke", "--hub-timeout", "0.5"]) == 0
     assert capsys.readouterr().out.strip().endswith("all required parts found")

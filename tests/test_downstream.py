@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from hp_mlm.data import load_corpus
-from hp_mlm.downstream import compare_encoders, load_name_types, name_features, probe_accuracy
 from hp_mlm.models import build_smoke_model
+from hp_mlm.studies.downstream import compare_encoders, load_name_types, name_features, probe_accuracy
 
 PASSAGES = [
     "Mira Ashdown crossed the Silver Lake at dawn.",

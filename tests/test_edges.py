@@ -11,12 +11,13 @@ import torch
 from helpers import SENTENCES, fit, run_cli, tokenised
 
 import hp_mlm
-from hp_mlm import cli
 from hp_mlm.checkpoints import latest_checkpoint, save_model
 from hp_mlm.config import get_settings
-from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
+from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+from hp_mlm.ops import cli
+from hp_mlm.studies.original import original_tutorial_accuracy
 
 PACKAGE = Path(hp_mlm.__file__).parent
 
@@ -123,7 +124,7 @@ def package_exception_types() -> set[str]:
     """Names of the exception classes that hp_mlm's own code raises or builds (``raise X(...)``,
     ``return X(...)`` for error builders)."""
     names = set()
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             value = node.exc if isinstance(node, ast.Raise) else node.value if isinstance(node, ast.Return) else None
             if (
@@ -153,7 +154,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     import builtins
 
     from hp_mlm import common, hub, training
-    from hp_mlm.troubleshooting import BY_TYPE
+    from hp_mlm.ops.troubleshooting import BY_TYPE
 
     kinds = {
         **vars(builtins),
@@ -166,7 +167,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     code = compile(source, str(PACKAGE / "job.py"), "exec")
     namespace = {name: kinds[name]}
     exec(code, namespace)
-    monkeypatch.setattr("hp_mlm.job.run_job", namespace["run_job"])
+    monkeypatch.setattr("hp_mlm.ops.job.run_job", namespace["run_job"])
     status = cli.main(["train", "--profile", "smoke"])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and err.startswith("error: the message over two lines")
@@ -177,7 +178,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
 
 
 def test_real_errors_from_inside_a_run_are_one_line(tmp_path, monkeypatch, capsys):
-    from hp_mlm.objective import MaskedLMObjective
+    from hp_mlm.training import MaskedLMObjective
 
     def out_of_memory(self, *args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
@@ -214,7 +215,7 @@ def test_a_library_error_is_one_line_exit_1_and_debug_shows_the_traceback(monkey
     def broken(*args, **kwargs):
         return {}["missing"]  # raised by Python, not by the package
 
-    monkeypatch.setattr("hp_mlm.job.run_job", broken)
+    monkeypatch.setattr("hp_mlm.ops.job.run_job", broken)
     assert cli.main(["train", "--profile", "smoke"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "KeyError" in err and "HP_MLM_DEBUG=1" in err
@@ -244,7 +245,7 @@ def own_book(tmp_path):
 
 
 def test_own_data_cut_by_the_split_says_so_and_names_the_setting(tmp_path, own_book):
-    from hp_mlm.job import run_job
+    from hp_mlm.ops.job import run_job
 
     logged = []
     settings = get_settings(
@@ -504,8 +505,9 @@ def test_out_of_memory_in_any_phase_is_one_line_naming_it_and_keeps_the_checkpoi
     """Case C19b: memory runs out at the optimiser step, in an evaluation, or in fill_mask."""
     import transformers
 
-    from hp_mlm import evaluation, job
+    from hp_mlm import evaluation
     from hp_mlm.checkpoints import latest_checkpoint
+    from hp_mlm.ops import job
 
     def oom(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")

@@ -2,9 +2,10 @@ import pytest
 import torch
 from helpers import SENTENCES, tokenised
 
-from hp_mlm.evaluation import evaluate, original_tutorial_accuracy
+from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
-from hp_mlm.objective import masked_lm_loss
+from hp_mlm.studies.original import original_tutorial_accuracy
+from hp_mlm.training import masked_lm_loss
 
 
 def frozen(tokenizer, texts=SENTENCES, p=0.3, seed=0):
@@ -118,11 +119,26 @@ def test_a_word_is_right_only_when_every_hidden_piece_is(smoke_tokenizer):
     masked[0, hidden] = smoke_tokenizer.mask_token_id
     batch = {"input_ids": masked, "labels": labels}
     all_right = torch.ones(len(hidden), dtype=torch.bool)
-    assert word_sums(batch, smoke_tokenizer, all_right) == [2, 2, 1, 1]
+    assert word_sums(batch, smoke_tokenizer, all_right) == {
+        "one_piece_right": 2,
+        "one_piece_words": 2,
+        "multi_piece_right": 1,
+        "multi_piece_words": 1,
+    }
     one_piece_wrong = torch.tensor([True, True, False, True, True])  # ##bo wrong
-    assert word_sums(batch, smoke_tokenizer, one_piece_wrong) == [2, 2, 0, 1]
+    assert word_sums(batch, smoke_tokenizer, one_piece_wrong) == {
+        "one_piece_right": 2,
+        "one_piece_words": 2,
+        "multi_piece_right": 0,
+        "multi_piece_words": 1,
+    }
     mira_wrong = torch.tensor([False, True, True, True, True])
-    assert word_sums(batch, smoke_tokenizer, mira_wrong) == [1, 2, 1, 1]
+    assert word_sums(batch, smoke_tokenizer, mira_wrong) == {
+        "one_piece_right": 1,
+        "one_piece_words": 2,
+        "multi_piece_right": 1,
+        "multi_piece_words": 1,
+    }
 
 
 def test_whole_word_frozen_masks_are_scored_by_word(smoke_tokenizer, smoke_model):

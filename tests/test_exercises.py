@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from hp_mlm import exercises as ex
-from hp_mlm import model_exercises as mx
-from hp_mlm.checking import check_tokenizer
+from hp_mlm.course import exercises as ex
+from hp_mlm.course import model_exercises as mx
+from hp_mlm.course.checking import check_tokenizer
 from hp_mlm.masking import IGNORE_INDEX
 from hp_mlm.tokens import padding_share
 
@@ -293,7 +293,7 @@ def test_the_checks_tokenizer_has_no_bert_base_special_ids():
 
 
 def test_check_value_accepts_the_right_number_rejects_others_and_waits_for_an_answer(capsys):
-    from hp_mlm.checking import check_value
+    from hp_mlm.course.checking import check_value
 
     assert check_value("2.2", 0.15**3, 0.003375, "multiply") is True
     assert check_value("2.2", 0.15, 0.003375, "multiply") is False

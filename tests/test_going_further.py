@@ -10,11 +10,10 @@ from helpers import SENTENCES, fit, tokenised
 
 from hp_mlm.checkpoints import latest_checkpoint
 from hp_mlm.config import get_settings
-from hp_mlm.entities import find_entities
+from hp_mlm.data import find_entities
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks, mask_tokens, selectable_positions
-from hp_mlm.tokens import pad_batch, tokenize_rows
-from hp_mlm.words import continuation_table, word_start_index
+from hp_mlm.tokens import continuation_table, pad_batch, tokenize_rows, word_start_index
 
 PIECEY = ["Éloise quoted the thornbacks unquestionably.", "Mira Ashdown overheard quotations at Fogmoor."]
 
@@ -165,7 +164,7 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
 
 
 def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
-    from hp_mlm.cli import main
+    from hp_mlm.ops.cli import main
 
     code = main(
         [
@@ -207,7 +206,7 @@ def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
 
 
 def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_path(tmp_path):
-    from hp_mlm.job import run_job
+    from hp_mlm.ops.job import run_job
     from hp_mlm.prepare import default_probes
 
     settings = get_settings(
@@ -220,7 +219,7 @@ def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_p
 
 
 def test_a_time_budget_stops_the_main_job_early_evaluates_saves_and_resumes(tmp_path):
-    from hp_mlm.job import run_job
+    from hp_mlm.ops.job import run_job
 
     settings = get_settings(
         "smoke",
@@ -252,7 +251,7 @@ def test_a_time_budget_stops_the_main_job_early_evaluates_saves_and_resumes(tmp_
 
 def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
     import hp_mlm.training as training
-    from hp_mlm.job import run_job
+    from hp_mlm.ops.job import run_job
 
     settings = get_settings("smoke", environ={}, epochs=2, progress=False, output_dir=str(tmp_path / "run"))
     real = training.train_epoch

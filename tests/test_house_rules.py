@@ -8,7 +8,7 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted((ROOT / "hp_mlm").glob("*.py"))
+SOURCES = sorted((ROOT / "hp_mlm").rglob("*.py"))
 
 
 def code_lines(path):
@@ -47,14 +47,14 @@ def test_every_torch_load_is_weights_only():
 def test_cuda_out_of_memory_is_reported_with_the_settings_to_lower(monkeypatch, smoke_tokenizer, smoke_model):
     from helpers import SENTENCES, fit, tokenised
 
-    from hp_mlm import objective
+    from hp_mlm import training
     from hp_mlm.common import OutOfMemory
     from hp_mlm.config import get_settings
 
     def out_of_memory(*args, **kwargs):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(objective, "masked_lm_loss", out_of_memory)
+    monkeypatch.setattr(training, "masked_lm_loss", out_of_memory)
     settings = get_settings("smoke", environ={}, batch_size=4, progress=False, epochs=1, schedule="linear")
     with pytest.raises(
         OutOfMemory,
@@ -73,7 +73,7 @@ def test_importing_the_package_is_light_and_touches_no_network():
         "def refuse(*a, **k): raise AssertionError('network touched at import')\n"
         "socket.socket.connect = refuse; socket.create_connection = refuse\n"
         "import hp_mlm; light = 'torch' not in sys.modules\n"
-        "import hp_mlm.cli, hp_mlm.job, hp_mlm.plots\n"
+        "import hp_mlm.ops.cli, hp_mlm.ops.job, hp_mlm.course.plots\n"
         "print(light)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -3,7 +3,7 @@ import torch
 from transformers import pipeline
 
 from hp_mlm.inference import fill_mask
-from hp_mlm.probes import load_probes, normalise_answer, score_probes
+from hp_mlm.studies.probes import load_probes, normalise_answer, score_probes
 
 
 def test_matches_the_fill_mask_pipeline_including_two_masks(smoke_tokenizer, smoke_model):

@@ -13,8 +13,7 @@ from hp_mlm.masking import (
     selectable_positions,
     with_position,
 )
-from hp_mlm.tokens import pad_batch
-from hp_mlm.words import replacement_ids
+from hp_mlm.tokens import pad_batch, replacement_ids
 
 
 def padded(tokenizer, texts):

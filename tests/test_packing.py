@@ -8,10 +8,9 @@ from helpers import SENTENCES
 
 from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.masking import IGNORE_INDEX
-from hp_mlm.packing import epoch_padding_share, pack_rows
-from hp_mlm.plan import plan_training
 from hp_mlm.prepare import prepare
-from hp_mlm.tokens import tokenize_rows
+from hp_mlm.tokens import epoch_padding_share, pack_rows, tokenize_rows
+from hp_mlm.training import plan_training
 
 #: Long words the smoke vocabulary splits into several pieces, so that cuts have to move.
 LONG = "Winterbourne and Blackthistle unwrapped the thornbacks' silverleaf mistfoxes beneath Brackwater."
@@ -110,7 +109,7 @@ def test_packing_keeps_the_same_frozen_held_out_rows_and_reports_no_padding():
 
 
 def test_the_options_study_packs_the_rows_of_a_packed_option(monkeypatch):
-    import hp_mlm.study as study
+    import hp_mlm.studies.options as study
 
     seen, real = [], study.plan_training
 

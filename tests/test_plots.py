@@ -7,7 +7,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-from hp_mlm.plots import plot_before_after, plot_loss_curve, plot_options, plot_token_lengths  # noqa: E402
+from hp_mlm.course.plots import plot_before_after, plot_loss_curve, plot_options, plot_token_lengths  # noqa: E402
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").rglob("*.ipynb"))
 
@@ -70,7 +70,7 @@ def test_option_bars_are_the_mean_and_their_error_bars_the_range():
 def test_probe_lines_are_each_encoders_accuracy_per_split_beside_the_baselines():
     import matplotlib.pyplot as plt
 
-    from hp_mlm.plots import plot_probe_splits
+    from hp_mlm.course.plots import plot_probe_splits
 
     probe = {
         "base": {"probe": [0.5, 0.6], "majority": [0.4, 0.4], "chance": 0.25},

@@ -48,7 +48,7 @@ def test_fp16_on_a_cpu_and_bf16_on_an_old_gpu_are_refused_naming_the_way_out():
 
 def test_fp16_on_a_cpu_is_refused_before_any_model_is_loaded(tmp_path, monkeypatch):
     from hp_mlm import prepare
-    from hp_mlm.cli import main
+    from hp_mlm.ops.cli import main
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
@@ -101,7 +101,7 @@ def test_bf16_forced_on_a_cpu_without_it_runs_with_one_warning_line(tmp_path):
     code = (
         "import sys, hp_mlm.common as c\n"
         "c.cpu_has_native_bf16 = lambda cpuinfo=None: False\n"
-        "from hp_mlm.cli import main\n"
+        "from hp_mlm.ops.cli import main\n"
         f"sys.exit(main(['train', '--profile', 'smoke', '--precision', 'bf16', '--epochs', '1', '--no-progress',"
         f" '--output-dir', {str(tmp_path / 'out')!r}]))"
     )

@@ -6,8 +6,8 @@ import json
 import pytest
 import torch
 
-from hp_mlm.probes import load_probes, read_candidates, score_probes
 from hp_mlm.scoring import score_words
+from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
 
 
 def _write(path, probes):
@@ -84,7 +84,7 @@ def test_candidates_must_hold_the_answer_and_a_shared_list_gains_it(tmp_path):
 def test_a_candidates_file_reaches_every_probe_of_the_main_job(tmp_path):
     """``train --candidates FILE``: the job reads it with the probes, before any model is loaded."""
     from hp_mlm.config import get_settings
-    from hp_mlm.job import check_before_loading
+    from hp_mlm.ops.job import check_before_loading
 
     probes = _write(tmp_path / "p.jsonl", [{"text": "[MASK] smiled.", "answer": "mira"}])
     words = tmp_path / "words.txt"

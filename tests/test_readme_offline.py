@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from hp_mlm.config import get_settings
-from hp_mlm.flags import build_parser
+from hp_mlm.ops.flags import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 

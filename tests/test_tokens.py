@@ -82,8 +82,8 @@ def test_long_rows_are_split_at_word_starts_and_keep_every_token(smoke_tokenizer
 def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
     """Case C44 (c): ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped."""
     from hp_mlm.config import get_settings
-    from hp_mlm.job import run_job
     from hp_mlm.models import build_smoke_tokenizer
+    from hp_mlm.ops.job import run_job
     from hp_mlm.tokens import truncation
 
     tok = build_smoke_tokenizer()

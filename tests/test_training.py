@@ -14,9 +14,7 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from hp_mlm.checkpoints import latest_checkpoint, save_model
 from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.masking import MaskingCollator
-from hp_mlm.objective import masked_lm_loss
-from hp_mlm.plan import build_optimizer
-from hp_mlm.training import TrainingDiverged
+from hp_mlm.training import TrainingDiverged, build_optimizer, masked_lm_loss
 
 
 def smoke_settings(**changes):
@@ -120,7 +118,7 @@ from hp_mlm.data import load_corpus
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from hp_mlm.tokens import tokenize_rows
 from hp_mlm.checkpoints import save_model
-from hp_mlm.plan import plan_training
+from hp_mlm.training import plan_training
 from hp_mlm.training import train
 out, resume, slow = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, checkpoint_every=3, progress=False,
@@ -131,15 +129,17 @@ model = build_smoke_model(tok)
 rows, _ = load_corpus(settings.dataset, settings.split)
 tokens = list(tokenize_rows(rows, tok, settings.max_length))
 if slow:
-    import hp_mlm.plan as t  # report each checkpoint, so the test can kill the run just after one
-    real = t.save_checkpoint
+    import hp_mlm.callbacks as c  # report each checkpoint, so the test can kill the run just after one
+    real = c.save_checkpoint
     def save_and_report(*a, **k):
         path = real(*a, **k)
         print("CHECKPOINT", path.name, flush=True)
         import time; time.sleep(0.5)
         return path
-    t.save_checkpoint = save_and_report
-history = train(plan_training(model, tok, tokens, settings, output_dir=out, resume=resume))
+    c.save_checkpoint = save_and_report
+from hp_mlm.callbacks import SaveCheckpoints
+plan = plan_training(model, tok, tokens, settings, output_dir=out, resume=resume)
+history = train(plan, [SaveCheckpoints(plan)])
 save_model(model, tok, out + "/model")
 import json; open(out + "/history.json", "w").write(json.dumps(history))
 print("DONE", flush=True)
@@ -207,7 +207,8 @@ def test_resume_with_different_settings_is_refused(tmp_path, smoke_tokenizer, sm
 
 
 def test_callbacks_stop_on_a_time_budget_and_see_every_step(smoke_tokenizer, smoke_model):
-    from hp_mlm.callbacks import Callback, TimeBudget
+    from hp_mlm.callbacks import TimeBudget
+    from hp_mlm.training import Callback
 
     class Every2(Callback):
         def __init__(self):
@@ -257,7 +258,7 @@ def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_
 def test_masks_are_the_same_with_dataloader_workers_and_after_a_skip(smoke_tokenizer):
     from torch.utils.data import DataLoader
 
-    from hp_mlm.plan import epoch_loader, training_data
+    from hp_mlm.training import epoch_loader, training_data
 
     rows = tokenised(smoke_tokenizer, SENTENCES * 3)
     settings = smoke_settings(batch_size=4)
@@ -284,9 +285,9 @@ def sgd(model, learning_rate, weight_decay=0.0):
 def test_accumulation_weighs_every_masked_token_the_same_as_one_large_batch(monkeypatch, smoke_tokenizer):
     """Case C38: batch 2 and batch 1 x accumulation 2 on the same two rows make the same update (SGD at
     rate 1, so the change is minus the gradient) and log the same, token-weighted, loss."""
-    import hp_mlm.plan as plan
+    import hp_mlm.training as training
 
-    monkeypatch.setattr(plan, "build_optimizer", sgd)
+    monkeypatch.setattr(training, "build_optimizer", sgd)
     rows = tokenised(smoke_tokenizer, ["Hob rowed.", " ".join(SENTENCES[:4])])
     assert len(rows[1]["input_ids"]) > 3 * len(rows[0]["input_ids"])
     base = dict(
@@ -317,7 +318,7 @@ def test_accumulation_weighs_every_masked_token_the_same_as_one_large_batch(monk
 def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_epoch(monkeypatch, smoke_tokenizer):
     """Case C39: rows 0-2 masked, row 3 ("Hi.") not; batch 1, accumulation 2, 2 epochs: windows 0+1 and 2
     in each epoch, so 4 steps, as many as the schedule has, ending at rate 0."""
-    import hp_mlm.plan as plan
+    import hp_mlm.training as training
     from hp_mlm.common import derive_seed
     from hp_mlm.masking import freeze_masks
 
@@ -328,7 +329,7 @@ def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_
         return [any(label != -100 for label in row["labels"]) for row in frozen]
 
     seed = next(s for s in range(200) if masked(s) == [True, True, True, False])
-    monkeypatch.setattr(plan, "plan_batches", lambda *args, **kwargs: [[0], [1], [2], [3]])
+    monkeypatch.setattr(training, "plan_batches", lambda *args, **kwargs: [[0], [1], [2], [3]])
     settings = smoke_settings(
         batch_size=1,
         gradient_accumulation_steps=2,
@@ -339,7 +340,7 @@ def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_
         warmup_fraction=0.0,
     )
     history = fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings)
-    assert history["optimizer_steps"] == 4 == plan.optimizer_steps(len(rows), settings)
+    assert history["optimizer_steps"] == 4 == training.optimizer_steps(len(rows), settings)
     assert [s["epoch"] for s in history["steps"]] == [1, 1, 2, 2]
     assert history["steps"][-1]["lr"] == 0.0
     assert history["batches_without_masks"] == 2
@@ -371,8 +372,7 @@ def test_a_step_skipped_by_loss_scaling_is_counted_apart_and_the_schedule_waits(
 
 def test_a_plan_runs_once(smoke_tokenizer, smoke_model):
     """Running the loop cell again must not go on, silently, past the schedule's end."""
-    from hp_mlm.plan import plan_training
-    from hp_mlm.training import train
+    from hp_mlm.training import plan_training, train
 
     plan = plan_training(smoke_model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), smoke_settings())
     train(plan)

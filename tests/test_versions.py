@@ -1,6 +1,6 @@
 """The versions the course runs with: the check at ``import hp_mlm``, and the requirement lists.
 
-``hp_mlm.check_versions`` compares the versions *in memory* (``sys.modules``) with the installed
+``hp_mlm.ops.versions.check_versions`` compares the versions *in memory* (``sys.modules``) with the installed
 ones: in Colab, transformers 4 may be imported before the install cell puts 5 on disk, and only a
 restart loads the new files. The requirement lists (requirements.txt, pyproject.toml, and
 environment.yml through requirements.txt) bound every runtime requirement from above, agree with
@@ -23,7 +23,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-import hp_mlm
+from hp_mlm.ops import versions
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Lines of requirements.txt that are tools for tests and local Jupyter, not what the package needs.
@@ -67,18 +67,18 @@ def installed(**versions: str):
 
 
 def test_the_installed_environment_passes():
-    hp_mlm.check_versions()
-    hp_mlm.check_versions(modules={})
+    versions.check_versions()
+    versions.check_versions(modules={})
     import transformers  # the real one, now in sys.modules
 
-    hp_mlm.check_versions()
+    versions.check_versions()
     assert transformers.__version__ == metadata.version("transformers")
 
 
 def test_a_stale_transformers_in_sys_modules_says_restart(monkeypatch):
     monkeypatch.setitem(sys.modules, "transformers", fake_module("transformers", "4.46.0"))
     with pytest.raises(ImportError) as caught:
-        hp_mlm.check_versions()
+        versions.check_versions()
     message = str(caught.value)
     assert "transformers 4.46.0" in message and "transformers>=5,<6" in message
     assert f"installed: {metadata.version('transformers')}" in message
@@ -89,18 +89,18 @@ def test_a_stale_transformers_in_sys_modules_says_restart(monkeypatch):
 def test_a_stale_module_is_found_in_a_given_mapping_too():
     modules = {"datasets": fake_module("datasets", "4.0.0"), "tokenizers": fake_module("tokenizers", "0.20.3")}
     with pytest.raises(ImportError, match=r"datasets 4\.0\.0 .*tokenizers 0\.20\.3 .*Restart the runtime"):
-        hp_mlm.check_versions(modules)
+        versions.check_versions(modules)
 
 
 def test_a_module_in_memory_other_than_the_installed_one_in_range_is_stale_too():
     modules = {"transformers": fake_module("transformers", "5.0.0")}
     with pytest.raises(ImportError, match="Restart the runtime"):
-        hp_mlm.check_versions(modules, version_of=installed(transformers="5.24.0"))
-    hp_mlm.check_versions(modules, version_of=installed(transformers="5.0"))  # the same version, spelled otherwise
+        versions.check_versions(modules, version_of=installed(transformers="5.24.0"))
+    versions.check_versions(modules, version_of=installed(transformers="5.0"))  # the same version, spelled otherwise
 
 
 def test_modules_without_a_version_or_without_metadata_are_left_alone():
-    hp_mlm.check_versions(
+    versions.check_versions(
         {"transformers": fake_module("transformers", None), "pyarrow": fake_module("pyarrow", "1.0")},
         version_of=installed(pyarrow=None),
     )
@@ -112,12 +112,12 @@ def test_an_installed_version_out_of_bounds_keeps_the_pip_message(found):
         ImportError,
         match=rf"transformers {re.escape(found)} is installed; upgrade with: pip install -U 'transformers>=5,<6'",
     ):
-        hp_mlm.check_versions({}, version_of=installed(transformers=found))
+        versions.check_versions({}, version_of=installed(transformers=found))
 
 
 def test_a_missing_package_says_install():
     with pytest.raises(ImportError, match=r"needs datasets>=5,<6; install it with: pip install -r requirements.txt"):
-        hp_mlm.check_versions({}, version_of=installed(datasets=None))
+        versions.check_versions({}, version_of=installed(datasets=None))
 
 
 def run_python(code: str, **env: str | None) -> subprocess.CompletedProcess:
@@ -134,7 +134,7 @@ def test_importing_hp_mlm_after_a_stale_import_stops_with_the_restart_message():
 
 
 def test_the_check_imports_none_of_the_packages_it_checks():
-    code = "import sys, hp_mlm\nprint(sorted(set(hp_mlm.UPGRADED_BY_THE_INSTALL + ('torch',)) & set(sys.modules)))"
+    code = "import sys, hp_mlm\nfrom hp_mlm.ops import versions\nprint(sorted(set(versions.UPGRADED_BY_THE_INSTALL + ('torch',)) & set(sys.modules)))"
     result = run_python(code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
@@ -268,13 +268,13 @@ def test_the_bounds_admit_the_installed_versions():
 
 def test_the_import_check_uses_the_bounds_of_pyproject():
     package = {name(r): r for r in pyproject_dependencies()}
-    for key, (low, high) in hp_mlm.REQUIRED.items():
+    for key, (low, high) in versions.REQUIRED.items():
         spec = package[key].specifier
         assert spec.contains(f"{low}.0.0") and not spec.contains(f"{low - 1}.99.0"), (
-            f"{key}: hp_mlm.REQUIRED says >={low}, pyproject {spec}"
+            f"{key}: versions.REQUIRED says >={low}, pyproject {spec}"
         )
         assert not spec.contains(f"{high}.0.0") and spec.contains(f"{high - 1}.99.0"), (
-            f"{key}: hp_mlm.REQUIRED says <{high}, pyproject {spec}"
+            f"{key}: versions.REQUIRED says <{high}, pyproject {spec}"
         )
 
 

@@ -1,6 +1,6 @@
 """What the self-checking exercises stand on: running a learner's function, verdicts, small seeded inputs.
 
-``hp_mlm.exercises`` holds the checks; this module runs a learner's function (an untouched stub is
+``hp_mlm.course.exercises`` holds the checks; this module runs a learner's function (an untouched stub is
 "not done yet", an exception is reported, not raised), prints the verdict, and builds the inputs:
 a tokenizer whose special tokens have unusual ids, rows of token ids, a tiny BERT without dropout.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import torch
 from transformers import BertForMaskedLM, BertTokenizerFast
 
-from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
-from .models import build_smoke_model, smoke_vocab_path
-from .plan import build_scheduler
-from .tokens import pad_batch
+from hp_mlm.masking import IGNORE_INDEX, mask_tokens, selectable_positions
+from hp_mlm.models import build_smoke_model, smoke_vocab_path
+from hp_mlm.tokens import pad_batch
+from hp_mlm.training import build_scheduler
 
 
 class NotDone(Exception):

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from .profiles import COURSE_DATASET, SMOKE_DATASET
+from hp_mlm.profiles import COURSE_DATASET, SMOKE_DATASET
 
 #: Names and what each names, by dataset, labelled by this project (files in ``hp_mlm/corpora``): the
 #: course corpus's (which the smoke corpus shares) and well-known names of the Harry Potter books.

@@ -18,8 +18,8 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from .inference import fill_mask
-from .scoring import predict_words, score_words
+from hp_mlm.inference import fill_mask
+from hp_mlm.scoring import predict_words, score_words
 
 KINDS = ("one_piece", "multi_piece")
 

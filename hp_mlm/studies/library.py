@@ -18,16 +18,15 @@ from typing import Any
 
 import torch
 
-from .allocator import reuse_freed_memory
-from .common import device_kind, model_device
-from .config import Settings
-from .evaluation import evaluate
-from .masking import IGNORE_INDEX
-from .models import load_model
-from .packing import grouped
-from .plan import optimizer_steps, plan_training
-from .prepare import prepare, training_tokens
-from .training import train
+from hp_mlm.common import device_kind, model_device
+from hp_mlm.config import Settings
+from hp_mlm.evaluation import evaluate
+from hp_mlm.masking import IGNORE_INDEX
+from hp_mlm.models import load_model
+from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.prepare import prepare, training_tokens
+from hp_mlm.tokens import grouped
+from hp_mlm.training import optimizer_steps, plan_training, train
 
 #: The ways :func:`side_by_side` trains: the course's loop, the library's ``Trainer``, the course's loop on packed rows.
 WAYS = ("course", "trainer", "pack")
@@ -60,7 +59,7 @@ def library_collator(tokenizer, settings: Settings):
 def trainer_arguments(settings: Settings, output_dir: str, n_rows: int):
     """``TrainingArguments`` that match the course's settings for a run over ``n_rows`` training rows.
 
-    The warmup is given in steps, counted as ``plan.build_scheduler`` counts them, so both schedules
+    The warmup is given in steps, counted as ``training.build_scheduler`` counts them, so both schedules
     are the same step for step; the course's ``"constant"`` schedule is the library's
     ``"constant_with_warmup"``. Both leave biases and LayerNorm weights out of weight decay and use
     fused AdamW. Evaluation and checkpoints are off: the runs are scored on the frozen held-out masks.
@@ -186,7 +185,7 @@ def side_by_side(
 
     Seeds ``settings.seed``, ``+1``, ... change the shuffling, the masks and dropout (and a new
     head's start); the split and the held-out masks stay those of ``settings.seed``. ``"pack"`` trains
-    on the training rows packed by ``packing.pack_rows``.
+    on the training rows packed by ``tokens.pack_rows``.
 
     Args:
         epochs: way -> epochs for that way (e.g. more for ``"pack"``, to match the others' training
@@ -216,9 +215,9 @@ def side_by_side(
             started = time.perf_counter()
             model = load_model(base.model, tok, seed=run.seed).model.to(prep.loaded.model.device)
             fit = train_with_trainer if way == "trainer" else train_course
-            # the course's loop keeps freed CPU memory for the next step (allocator.py); here the
-            # Trainer's run gets the same, so that the race measures the loops, not the allocator
-            with reuse_freed_memory(way == "trainer" and model_device(model).type == "cpu"):
+            # both loops keep freed CPU memory for the next step, as the main job does (allocator.py),
+            # so that the race measures the loops, not the allocator
+            with reuse_freed_memory(model_device(model).type == "cpu"):
                 result = fit(model, tok, data[way], run)
             scores = evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
             rows.append(_row(way, run.seed, scores, result, prep.frozen_validation, time.perf_counter() - started))

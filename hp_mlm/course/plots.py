@@ -90,7 +90,7 @@ def plot_token_lengths(lengths: Sequence[int], max_length: int | None = None, ax
 
 def plot_options(summary: Sequence[Mapping[str, Any]], ax=None):
     """Held-out top-1 per option: the mean over seeds as a bar, the range (min to max) as an error bar
-    (``study.summarise`` output; options run once show no error bar)."""
+    (``options.summarise`` output; options run once show no error bar)."""
     fig, ax = _axes(ax)
     if ax.figure.get_figwidth() < 8:
         fig.set_size_inches(9, 4)

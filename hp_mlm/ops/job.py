@@ -13,18 +13,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .callbacks import Callback, Validate
-from .checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
-from .common import atomic_write_text, device_kind, generator, process_state
-from .config import Settings
-from .evaluation import evaluate, evaluate_whole_words, original_tutorial_accuracy
-from .hub import hub_token, upload_model
-from .inference import EXAMPLE_SENTENCES, fill_mask
-from .plan import plan_training
-from .prepare import Prepared, check_inputs, prepare
-from .probes import load_probes, read_candidates, score_probes
-from .report import changed_probes
-from .training import train
+from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
+from hp_mlm.checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
+from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
+from hp_mlm.config import Settings
+from hp_mlm.evaluation import evaluate, evaluate_whole_words
+from hp_mlm.hub import hub_token, upload_model
+from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
+from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.ops.report import changed_probes
+from hp_mlm.prepare import Prepared, check_inputs, prepare
+from hp_mlm.studies.original import original_tutorial_accuracy
+from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
+from hp_mlm.training import Callback, TrainingPlan, plan_training, train
 
 #: What the log says when ``accelerate launch --cpu --num_processes N`` started a single process.
 ONE_CPU_PROCESS = (
@@ -210,14 +211,19 @@ def train_and_measure(
     phase = time.perf_counter()
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
     # a time budget stops the epoch in progress, which is validated and checkpointed as usual
-    budget = plan.time_budget()
-    callbacks: list[Callback] = [Validate(lambda m: held_out(prep, m), s.early_stopping_patience), budget]
+    budget = time_budget(plan)
+    validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience)
+    callbacks: list[Callback] = [
+        validate,
+        budget,
+        SaveCheckpoints(plan),
+    ]  # checkpoints last: the epoch's scores in them
     if plan.history["optimizer_steps"]:
         log(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
             f"after {plan.batches_done} of its batches)"
         )
-    history = train(plan, callbacks)
+    history = run_training(plan, callbacks)
     last = history["epochs"][-1]
     if budget.stopped_at and ("batches_done" in last or last["epoch"] < s.epochs):  # stopped before the end
         history["time_budget_stop"] = {"step": history["optimizer_steps"], "planned_steps": plan.total_steps}
@@ -277,7 +283,7 @@ def collect_metrics(
 
 def save_outputs(prep: Prepared, history: dict, metrics: dict, out: Path) -> None:
     """The model (replacing the checkpoints, unless a time budget stopped training), the history and the plots."""
-    from .plots import plot_before_after, plot_loss_curve, save_figure
+    from hp_mlm.course.plots import plot_before_after, plot_loss_curve, save_figure
 
     save_model(prep.loaded.model, prep.loaded.tokenizer, out / MODEL_DIR)
     if "time_budget_stop" not in history:  # the finished model replaces them; a stopped run keeps them
@@ -297,3 +303,11 @@ def describe_device(processes: int = 1) -> str:
         f"cuda ({torch.cuda.get_device_name()})" if kind == "cuda" else {"mps": "mps (Apple silicon)"}.get(kind, kind)
     )
     return device + (f" x {processes} processes (each takes 1/{processes} of the batches)" if processes > 1 else "")
+
+
+def run_training(plan: TrainingPlan, callbacks: list[Callback]) -> dict:
+    """``training.train``, on the CPU inside ``allocator.reuse_freed_memory``: the memory a step frees
+    is kept for the next (faster steps, the same numbers; meanwhile the process holds about its
+    largest step's memory)."""
+    with reuse_freed_memory(plan.accelerator.device.type == "cpu"):
+        return train(plan, callbacks)

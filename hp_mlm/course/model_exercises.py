@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 import torch
 
-from . import checking as kit
-from .checking import call, check_answer, close, require, verdict
-from .masking import IGNORE_INDEX
-from .plan import build_scheduler
+from hp_mlm.course import checking as kit
+from hp_mlm.course.checking import call, check_answer, close, require, verdict
+from hp_mlm.masking import IGNORE_INDEX
+from hp_mlm.training import build_scheduler
 
 
 # --- notebook 03 -------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ PAGE = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/troubleshooting.md"
 
 #: Entry anchor -> the functions (``module.function``) whose ``raise`` it explains.
 ENTRIES: dict[str, tuple[str, ...]] = {
-    "a-package-is-missing-or-the-wrong-version": ("__init__.check_versions",),
+    "a-package-is-missing-or-the-wrong-version": ("ops.versions.check_versions",),
     "the-hub-cannot-be-reached": ("hub.require_hub",),
     "push-to-hub-needs-a-repository-id-and-a-token": ("hub.hub_token",),
     "the-split-selects-no-rows-or-is-malformed": ("data.parse_split", "data._bound", "data.slice_indices"),
@@ -26,7 +26,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "data.load_corpus",
         "prepare.check_inputs",
     ),
-    "no-held-out-or-no-training-rows": ("data.train_validation_split", "prepare._prepare", "plan.plan_training"),
+    "no-held-out-or-no-training-rows": ("data.train_validation_split", "prepare._prepare", "training.plan_training"),
     "the-model-cannot-be-loaded": (
         "models._check_source",
         "models.offline_model_path",
@@ -42,16 +42,16 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "config._parse",
         "config.active_profile",
         "config.get_settings",
-        "study.compare_options",
-        "cli._cmd_compare",
+        "studies.options.compare_options",
+        "ops.cli._cmd_compare",
     ),
     "this-precision-cannot-run-here": ("common.resolve_precision",),
     "masking-cannot-run-with-this-tokenizer": (
         "masking.mask_tokens",
-        "words.replacement_ids",
-        "words.require_word_pieces",
+        "tokens.replacement_ids",
+        "tokens.require_word_pieces",
     ),
-    "the-output-folder-already-holds-a-model": ("job.check_output_dir", "job.check_before_loading"),
+    "the-output-folder-already-holds-a-model": ("ops.job.check_output_dir", "ops.job.check_before_loading"),
     "a-checkpoint-cannot-be-resumed": ("checkpoints.resume_state", "checkpoints.latest_checkpoint"),
     "the-disk-is-full": ("checkpoints.save_checkpoint",),
     "out-of-memory": ("common.out_of_memory_in",),
@@ -64,25 +64,25 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "scoring.predict_words",
         "inference._masked_texts",
         "inference.fill_mask",
-        "cli._cmd_predict",
+        "ops.cli._cmd_predict",
     ),
-    "the-probes-file": ("probes.load_probes", "probes._candidates", "probes.read_candidates"),
-    "a-plan-cannot-be-trained": ("plan.build_scheduler", "plan.start", "plan.check_resolved"),
-    "spacy-is-not-installed": ("entities.find_entities_spacy",),
+    "the-probes-file": ("studies.probes.load_probes", "studies.probes._candidates", "studies.probes.read_candidates"),
+    "a-plan-cannot-be-trained": ("training.build_scheduler", "training.start", "training.check_resolved"),
+    "spacy-is-not-installed": ("data.find_entities_spacy",),
     "packing-the-librarys-way-and-the-downstream-probe": (
-        "packing.pack_rows",
-        "library.library_collator",
-        "library.trainer_arguments",
-        "library.side_by_side",
-        "downstream.load_name_types",
-        "downstream.probe_accuracy",
+        "tokens.pack_rows",
+        "studies.library.library_collator",
+        "studies.library.trainer_arguments",
+        "studies.library.side_by_side",
+        "studies.downstream.load_name_types",
+        "studies.downstream.probe_accuracy",
     ),
     "exercises-and-quizzes": (
-        "checking.call",
-        "checking.require",
-        "checking.run",
-        "course.load_quiz",
-        "course.answer_quiz",
+        "course.checking.call",
+        "course.checking.require",
+        "course.checking.run",
+        "course.episodes.load_quiz",
+        "course.episodes.answer_quiz",
     ),
 }
 #: Error types explained by one entry wherever they are raised.
@@ -95,7 +95,7 @@ _BY_FUNCTION = {function: anchor for anchor, functions in ENTRIES.items() for fu
 
 
 def raised_in(error: BaseException) -> str | None:
-    """``module.function`` of the ``raise`` that threw ``error`` when it is hp_mlm's own code (an
+    """``module.function`` (``ops.job.check_output_dir`` in a subpackage) of the ``raise`` that threw ``error`` when it is hp_mlm's own code (an
     error raised on purpose), else None (a library, Python itself, or no traceback)."""
     tb = error.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -103,9 +103,12 @@ def raised_in(error: BaseException) -> str | None:
     if tb is None:
         return None
     code = tb.tb_frame.f_code
-    if os.path.dirname(os.path.abspath(code.co_filename)) != os.path.dirname(os.path.abspath(__file__)):
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hp_mlm/
+    path = os.path.abspath(code.co_filename)
+    if not path.startswith(package + os.sep):
         return None
-    return f"{os.path.splitext(os.path.basename(code.co_filename))[0]}.{code.co_name}"
+    module = os.path.splitext(os.path.relpath(path, package))[0].replace(os.sep, ".")
+    return f"{module}.{code.co_name}"
 
 
 def entry_for(error: BaseException) -> str | None:

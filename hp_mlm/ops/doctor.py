@@ -30,7 +30,7 @@ REQUIRED = (
     ("tokenizers", "tokenizers"),
 )
 #: Where the course's measured notebook times are kept (in a clone of the repository).
-NOTEBOOK_TIMES = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "notebook_times.json"
+NOTEBOOK_TIMES = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "notebook_times.json"
 #: Free disk below this many GB is a warning: a bert-base checkpoint with its optimiser is about 1.3 GB.
 LOW_DISK_GB = 2.0
 INSTALL = "pip install -r requirements.txt (a CPU-only machine: pip install torch first, see docs/setup.md)"
@@ -71,7 +71,7 @@ def versions(problems: list[str]) -> list[str]:
             build = f" (CUDA {cuda} build)" if cuda else " (CPU build)"
         lines.append(row(module, f"{getattr(found, '__version__', '?')}{build}"))
     try:
-        from hp_mlm import check_versions  # the package itself, which every module is below
+        from hp_mlm.ops.versions import check_versions  # what `import hp_mlm` checks
 
         check_versions()
     except ImportError as error:
@@ -83,7 +83,7 @@ def device() -> list[str]:
     """The device a run uses, what ``precision="auto"`` picks there and why, and the processes."""
     import torch
 
-    from .common import cpu_has_native_bf16, cuda_has_native_bf16, device_kind, resolve_precision
+    from hp_mlm.common import cpu_has_native_bf16, cuda_has_native_bf16, device_kind, resolve_precision
 
     kind = device_kind()
     auto = resolve_precision("auto", kind)
@@ -103,7 +103,7 @@ def device() -> list[str]:
 
 def hub(settings, timeout_s: float) -> list[str]:
     """Offline variables, whether the Hub answers, and the profile's model and dataset: where they come from."""
-    from .hub import dataset_in_cache, hub_endpoint, hub_offline_requested, hub_reachable, is_local
+    from hp_mlm.hub import dataset_in_cache, hub_endpoint, hub_offline_requested, hub_reachable, is_local
 
     offline = hub_offline_requested("model")
     if offline:
@@ -118,7 +118,7 @@ def hub(settings, timeout_s: float) -> list[str]:
 
 def source_of(what: str, name: str, is_local, dataset_in_cache) -> str:
     """Where ``name`` would be loaded from: the package, a local path, the cache, or the Hub only."""
-    from .models import OFFLINE_MODEL, RANDOM_HEAD_MODEL, _in_hf_cache, offline_model_path
+    from hp_mlm.models import OFFLINE_MODEL, RANDOM_HEAD_MODEL, _in_hf_cache, offline_model_path
 
     if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL):
         try:
@@ -160,7 +160,7 @@ def notebook_times(profile: str, path: Path = NOTEBOOK_TIMES) -> list[str]:
 
 def settings_lines(profile: str | None, problems: list[str]) -> tuple[list[str], object | None]:
     """The active profile's line and its settings (None, with a problem noted, when they cannot be read)."""
-    from .config import active_profile, get_settings
+    from hp_mlm.config import active_profile, get_settings
 
     try:
         name = profile or active_profile()

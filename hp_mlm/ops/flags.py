@@ -11,9 +11,9 @@ import argparse
 from collections.abc import Sequence
 from dataclasses import fields
 
-from .common import PRECISIONS
-from .config import Settings, get_settings
-from .profiles import MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES, SETTING_HELP
+from hp_mlm.common import PRECISIONS
+from hp_mlm.config import Settings, get_settings
+from hp_mlm.profiles import MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES, SETTING_HELP
 
 EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)
@@ -186,7 +186,7 @@ def _evaluate_flags(sub) -> None:
     e.add_argument("--all-rows", action="store_true", help="score every row of the split, not just the held-out ones")
 
 
-#: Options that are not settings (``job.run_job``'s and ``study.compare_options``' arguments), named in messages.
+#: Options that are not settings (``job.run_job``'s and ``options.compare_options``' arguments), named in messages.
 JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds")
 
 

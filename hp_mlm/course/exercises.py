@@ -18,10 +18,10 @@ from collections.abc import Callable
 import torch
 from transformers import DataCollatorForLanguageModeling
 
-from . import checking as kit
-from .checking import call, check_answer, close, require, verdict
-from .masking import IGNORE_INDEX, mask_tokens, selectable_positions
-from .tokens import padding_share
+from hp_mlm.course import checking as kit
+from hp_mlm.course.checking import call, check_answer, close, require, verdict
+from hp_mlm.masking import IGNORE_INDEX, mask_tokens, selectable_positions
+from hp_mlm.tokens import padding_share
 
 NAMES = (
     "Thornwick",

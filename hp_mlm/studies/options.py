@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .callbacks import Validate
-from .config import Settings
-from .evaluation import evaluate, evaluate_whole_words
-from .models import load_model
-from .plan import plan_training
-from .prepare import prepare, training_tokens
-from .probes import candidate_rank
-from .training import train
+from hp_mlm.callbacks import Validate
+from hp_mlm.config import Settings
+from hp_mlm.evaluation import evaluate, evaluate_whole_words
+from hp_mlm.models import load_model
+from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.prepare import prepare, training_tokens
+from hp_mlm.studies.probes import candidate_rank
+from hp_mlm.training import plan_training, train
 
 #: The options ``compare_options`` measures by default: name -> settings changed from the course's.
 DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
@@ -94,7 +94,9 @@ def compare_options(
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
-            history = train(plan_training(model, tok, rows_of_run, run), callbacks)
+            plan = plan_training(model, tok, rows_of_run, run)
+            with reuse_freed_memory(plan.accelerator.device.type == "cpu"):  # as the main job trains
+                history = train(plan, callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
             log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from typing import Any
 
-from .config import Settings, get_settings
-from .flags import as_flags, build_parser
+from hp_mlm.config import Settings, get_settings
+from hp_mlm.ops.flags import as_flags, build_parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -19,10 +19,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .common import process_state
-    from .job import run_job
-    from .prepare import default_probes
-    from .report import format_report
+    from hp_mlm.common import process_state
+    from hp_mlm.ops.job import run_job
+    from hp_mlm.ops.report import format_report
+    from hp_mlm.prepare import default_probes
 
     settings = _settings(args)
     metrics = run_job(
@@ -44,7 +44,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def default_model(settings: Settings, log=print) -> str:
     """The model ``predict``/``evaluate`` use without ``--model``: the profile's fine-tuned model when
     ``<output_dir>/model`` holds one, else the profile's base model; says which (on stderr)."""
-    from .checkpoints import MODEL_DIR, finished_model
+    from hp_mlm.checkpoints import MODEL_DIR, finished_model
 
     trained = finished_model(settings.output_dir)
     if trained is not None:
@@ -58,9 +58,9 @@ def default_model(settings: Settings, log=print) -> str:
 
 
 def _cmd_predict(args: argparse.Namespace) -> int:
-    from .common import run_device
-    from .inference import fill_mask
-    from .models import load_model
+    from hp_mlm.common import run_device
+    from hp_mlm.inference import fill_mask
+    from hp_mlm.models import load_model
 
     if args.max_pieces < 1:  # before the model loads
         raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
@@ -107,9 +107,9 @@ def _answer(candidate: dict[str, Any]) -> str:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .evaluation import evaluate
-    from .masking import freeze_masks
-    from .prepare import prepare
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.masking import freeze_masks
+    from hp_mlm.prepare import prepare
 
     settings = _settings(args)
     if args.model is None:
@@ -135,9 +135,9 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .common import atomic_write_text
-    from .plots import plot_options, save_figure
-    from .study import DEFAULT_OPTIONS, compare_options, options_table, summarise
+    from hp_mlm.common import atomic_write_text
+    from hp_mlm.course.plots import plot_options, save_figure
+    from hp_mlm.studies.options import DEFAULT_OPTIONS, compare_options, options_table, summarise
 
     settings = _settings(args)
     options = DEFAULT_OPTIONS
@@ -146,8 +146,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)}; choose from {list(DEFAULT_OPTIONS)}")
         options = {k: v for k, v in DEFAULT_OPTIONS.items() if k in args.only}
-    from .prepare import default_probes
-    from .probes import load_probes
+    from hp_mlm.prepare import default_probes
+    from hp_mlm.studies.probes import load_probes
 
     shipped = default_probes(settings)  # the corpus's probes with candidates are ranked after each run
     rows = compare_options(settings, options, seeds=args.seeds, probes=load_probes(shipped) if shipped else None)
@@ -172,7 +172,7 @@ def _note(message: str) -> None:
 def raised_by_the_package(error: BaseException) -> bool:
     """True when the ``raise`` that threw ``error`` is in hp_mlm's own code (an error raised on purpose,
     with a message for the user), False when it came from a library or Python itself."""
-    from .troubleshooting import raised_in
+    from hp_mlm.ops.troubleshooting import raised_in
 
     return raised_in(error) is not None
 
@@ -185,8 +185,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import os
     import warnings
 
-    from .doctor import run_if_asked
-    from .troubleshooting import pointer
+    from hp_mlm.ops.doctor import run_if_asked
+    from hp_mlm.ops.troubleshooting import pointer
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if (status := run_if_asked(argv)) is not None:  # its own flags, and it needs no settings

@@ -1,0 +1,100 @@
+"""The version guard: stop at import, in one line, when this Python session cannot run the course.
+
+Operations, not a step of the course: ``hp_mlm/__init__.py`` calls :func:`check_versions` before any
+step module is imported, and ``doctor`` reports the same facts instead of stopping on them.
+Standard library only (importing it imports none of the packages it checks).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Mapping
+from importlib import metadata
+
+#: Major versions the course is written for, as ``(lowest, first one excluded)``: their APIs changed
+#: in 5.x. The same bounds as in pyproject.toml and requirements.txt (tests/test_versions.py).
+REQUIRED = {"transformers": (5, 6), "datasets": (5, 6)}
+
+#: Packages that the course's install (``pip install git+...`` in Colab) may upgrade under a Python
+#: session that has already imported them. A module in memory whose version differs from the files
+#: on disk mixes old and new code, and fails later with ``cannot import name ...``. torch is not
+#: here: the course's bounds admit Colab's torch, so the install does not change it.
+UPGRADED_BY_THE_INSTALL = (
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "huggingface_hub",
+    "safetensors",
+    "accelerate",
+    "pyarrow",
+)
+
+RESTART = "Restart the runtime (in Colab: Runtime > Restart session) and run this notebook from the top"
+
+
+def _major(version: str) -> int:
+    match = re.match(r"\s*v?(\d+)", str(version))
+    return int(match.group(1)) if match else -1
+
+
+def _same_version(a: str, b: str) -> bool:
+    if str(a) == str(b):
+        return True
+    try:  # "5.0" and "5.0.0" are one version; packaging comes with transformers
+        from packaging.version import InvalidVersion, Version
+
+        return Version(str(a)) == Version(str(b))
+    except (ImportError, InvalidVersion):
+        return False
+
+
+def _installed(package: str, version_of: Callable[[str], str]) -> str | None:
+    try:
+        return version_of(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_versions(
+    modules: Mapping[str, object] | None = None,
+    version_of: Callable[[str], str] = metadata.version,
+) -> None:
+    """Stop with one clear ``ImportError`` when this Python session cannot run the course.
+
+    Two cases. The *installed* transformers or datasets (``version_of``, the files on disk) is
+    missing or outside :data:`REQUIRED`: install or upgrade it. Or a package that is *already
+    imported* (``modules``, by default ``sys.modules``) is not the installed version, or is outside
+    :data:`REQUIRED`: in Colab, transformers 4 was imported before the install cell put 5 on disk;
+    only a restart of the runtime loads the new files. A package not imported yet is not imported
+    here (that would be slow): it will be imported from the files on disk, whose version is checked.
+    """
+    modules = sys.modules if modules is None else modules
+    for package, (low, high) in REQUIRED.items():
+        wanted = f"{package}>={low},<{high}"
+        found = _installed(package, version_of)
+        loaded = getattr(modules.get(package), "__version__", None)
+        if found is None and (loaded is None or not low <= _major(loaded) < high):
+            raise ImportError(f"hp_mlm needs {wanted}; install it with: pip install -r requirements.txt")
+        if found is not None and not low <= _major(found) < high:
+            raise ImportError(
+                f"hp_mlm needs {wanted}, but {package} {found} is installed; "
+                f"upgrade with: pip install -U '{wanted}' (then restart the runtime)"
+            )
+    stale = []
+    for package in UPGRADED_BY_THE_INSTALL:
+        loaded = getattr(modules.get(package), "__version__", None)
+        found = None if loaded is None else _installed(package, version_of)
+        if found is None or _same_version(loaded, found):
+            continue
+        needs = (
+            f"the course needs {package}>={REQUIRED[package][0]},<{REQUIRED[package][1]}; "
+            if package in REQUIRED
+            else ""
+        )
+        stale.append(f"{package} {loaded} ({needs}installed: {found})")
+    if stale:
+        raise ImportError(
+            f"hp_mlm cannot run in this Python session: its memory holds {', '.join(stale)}, imported "
+            f"before the files on disk changed, and the version in memory is the one that runs. {RESTART}."
+        )
