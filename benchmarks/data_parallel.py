@@ -1,4 +1,4 @@
-"""The smoke profile's epoch with 1 and with 2 CPU processes (issue 11, case C35).
+"""The smoke profile's epoch with 1 and with 2 CPU processes (issue 11).
 
 Runs ``python -m hp_mlm train --profile smoke`` alone and under
 ``accelerate launch --multi_gpu --num_processes 2`` (which works on CPUs, over gloo), alternating,

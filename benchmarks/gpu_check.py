@@ -9,7 +9,7 @@ tokens) under the real id ``bert-base-uncased``, and rows of about 450 tokens un
    512: optimiser steps per second, real tokens per second, peak GPU memory, and the share of the
    GPU's matrix-multiply ceiling (measured here, as ``benchmarks/ceiling.py`` does on a CPU);
 2. the same with ``precision="fp16"`` forced, the T4 path: loss scaling, the steps it skipped
-   counted apart (``skipped_steps``, Case C41), and no "lr_scheduler.step() before
+   counted apart (``skipped_steps``), and no "lr_scheduler.step() before
    optimizer.step()" warning;
 3. with two or more GPUs, the same job under ``accelerate launch --multi_gpu --num_processes 2``;
 4. a projection of the full course on a T4 from the FLOP count (3 epochs of ``train[:10%]``, about

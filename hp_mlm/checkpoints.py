@@ -82,7 +82,7 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
         if not accelerator.is_main_process:
             return final
         (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")
-    except OSError as error:  # a full disk (Case C50): the half-written folder goes, the last checkpoint stays
+    except OSError as error:  # a full disk: the half-written folder goes, the last checkpoint stays
         shutil.rmtree(tmp, ignore_errors=True)
         raise checkpoint_write_error(root, accelerator, error) from error
     finally:

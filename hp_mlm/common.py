@@ -52,7 +52,7 @@ def error_summary(error: BaseException, limit: int = 200) -> str:
 
 
 class OutOfMemory(RuntimeError):
-    """Memory ran out in a named phase of a run; the message names the phase and what to lower (Case C19b)."""
+    """Memory ran out in a named phase of a run; the message names the phase and what to lower."""
 
 
 @contextlib.contextmanager
@@ -240,7 +240,7 @@ def resolve_precision(
     native = cpu_has_native_bf16() if cpu_bf16 is None else cpu_bf16
     if requested == "auto":
         return "bf16" if native else "fp32"
-    if requested == "bf16" and not native:  # Case C42: emulated, from 2 to about 90 times slower than fp32
+    if requested == "bf16" and not native:  # emulated bf16 runs from 2 to about 90 times slower than fp32
         warnings.warn(EMULATED_BF16, stacklevel=1)  # one location: shown once however often precision is resolved
     return requested
 

@@ -211,7 +211,7 @@ def freeze_masks(
         label_all_tokens: label every token instead of only the masked ones (training ablation).
         strategy: how positions are chosen (see :func:`mask_tokens`); evaluation uses ``"mask"``.
         at_least_one: a row the draw left without a masked token gets one (:func:`mask_one`), so
-            every held-out row is scored (Case C12b); False keeps the plain draw (static training masks).
+            every held-out row is scored; False keeps the plain draw (static training masks).
     Returns:
         One dict per row: ``input_ids`` (masked), ``attention_mask`` and ``labels`` (lists of
         int), and ``entity_mask`` when the rows carry it.

@@ -65,33 +65,8 @@ def smoke_corpus_path():
 
 
 def smoke_vocab_path():
-    """Path of the smoke tokenizer's shipped WordPiece vocabulary (made by :func:`train_smoke_vocab`)."""
+    """Path of the smoke tokenizer's shipped WordPiece vocabulary (made by ``benchmarks/make_smoke_vocab.py``)."""
     return resources.files("hp_mlm") / "corpora" / "smoke_vocab.txt"
-
-
-def train_smoke_vocab(vocab_size: int = SMOKE_VOCAB_SIZE) -> list[str]:
-    """Train a lower-casing WordPiece vocabulary on the smoke corpus with ``tokenizers``.
-
-    This is how ``data/smoke_vocab.txt`` was made. The trainer breaks ties between equally
-    frequent pieces differently from run to run, so the course ships the result rather than
-    retraining it on every run (same vocabulary, same token ids, same results everywhere).
-
-    Returns:
-        The vocabulary, one token per entry, in id order (special tokens first).
-    """
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=vocab_size, special_tokens=specials, min_frequency=2, show_progress=False
-    )
-    lines = smoke_corpus_path().read_text(encoding="utf-8").splitlines()
-    tok.train_from_iterator([line for line in lines if line.strip()], trainer=trainer)
-    vocab = tok.get_vocab()
-    return sorted(vocab, key=vocab.__getitem__)
 
 
 def build_smoke_tokenizer() -> PreTrainedTokenizerBase:
@@ -212,7 +187,7 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
 
 
 def check_vocabulary(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, name: str) -> None:
-    """Raise ValueError if the tokenizer has more ids than the model has embeddings (Case C48)."""
+    """Raise ValueError if the tokenizer has more ids than the model has embeddings."""
     rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > rows:
         raise ValueError(

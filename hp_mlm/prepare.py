@@ -20,7 +20,6 @@ from .data import CorpusReport, find_entities, load_corpus, train_validation_spl
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
-from .profiles import PACKAGE_PROBES
 from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation
 
 
@@ -179,12 +178,3 @@ def _truncated(settings: Settings, tokenizer, parts) -> dict[str, int]:
         if length == settings.max_length
     ]
     return truncation(full, tokenizer, settings.max_length)
-
-
-def default_probes(settings: Settings) -> Path | None:
-    """The corpora shipped with the package come with probes; others have none unless ``probes`` are given."""
-    if settings.dataset in PACKAGE_PROBES:
-        from importlib import resources
-
-        return Path(str(resources.files("hp_mlm") / "corpora" / PACKAGE_PROBES[settings.dataset]))
-    return None

@@ -6,7 +6,7 @@ it with k masks and is scored by PLL-word-l2r (Kauf & Ivanova 2023, "A Better Wa
 Model Scoring", building on the pseudo-log-likelihood of Salazar et al. 2020): piece i is predicted with
 pieces before it filled in and pieces from i on still masked, and the word's log-probability is the sum.
 
-Why not the alternatives (Case C47 in the course's notes):
+Why not the alternatives:
 - the original PLL masks one piece at a time and leaves the word's other pieces visible, so ``##mi`` is
   easy once ``her`` and ``##one`` show: long, rare words come out too likely;
 - k masks predicted at once, their probabilities multiplied, ignores that the pieces depend on each other

@@ -42,7 +42,7 @@ EXTRA_PADDING = {"labels": -100, "entity_mask": 0}
 
 def token_list(value: Any, key: str = "input_ids") -> list[int]:
     """One row's ``key`` column as a list of ints: a list as it is, a 1-D tensor or array, or a (1, n)
-    tensor as ``tokenizer(text, return_tensors="pt")`` gives for one sentence (Case C31d).
+    tensor as ``tokenizer(text, return_tensors="pt")`` gives for one sentence.
 
     Raises:
         ValueError: any other shape (e.g. a whole batch of shape (8, n) as one row), naming the shape
@@ -99,7 +99,7 @@ def tokenize_rows(
 
     Rows are truncated at ``max_length`` tokens, ``[CLS]``/``[SEP]`` included (:func:`truncation`
     counts what that drops); with ``split_long_rows`` a long row becomes several rows instead, each
-    cut at a word start, so no text is lost and no row starts inside a word (Case C44). No padding
+    cut at a word start, so no text is lost and no row starts inside a word. No padding
     here: batches are padded later, each to its own longest row.
 
     With ``entities`` (lower-cased words, e.g. from ``data.find_entities``) each row also gets
@@ -367,7 +367,7 @@ def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerB
 def require_word_pieces(tokenizer: PreTrainedTokenizerBase, strategy: str) -> None:
     """Raise ValueError when ``strategy`` masks whole words and the vocabulary marks no word pieces
     (no ``##`` entries: not a WordPiece vocabulary such as BERT's), where it would silently become
-    token masking (Case C45)."""
+    token masking."""
     if not bool(continuation_table(tokenizer).any()):
         raise ValueError(
             f"`masking` {strategy!r} finds words by WordPiece's '##' pieces, and this tokenizer "

@@ -53,7 +53,7 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
     parsed = json.loads(result.stdout)
     assert [len(s) for s in parsed] == [1, 2] and all(len(m) == 3 for s in parsed for m in s)
     assert set(parsed[0][0][0]) == {"token", "score", "is_subword", "pieces"}
-    # C18b: with enough candidates some are word pieces; the JSON says so wherever the text marks "(piece)"
+    # with enough candidates some are word pieces; the JSON says so wherever the text marks "(piece)"
     from hp_mlm.models import build_smoke_tokenizer
 
     every = str(len(build_smoke_tokenizer()))  # the whole vocabulary, pieces included
@@ -64,7 +64,7 @@ def test_saved_folder_loads_in_the_fill_mask_pipeline_and_predict_cli(smoke_run)
 
 
 def test_predict_scores_targets_of_several_pieces_and_whole_words(smoke_run):
-    """C46 (c): a multi-piece target is scored whole, one answer per distinct target, with its pieces."""
+    """A multi-piece target is scored whole, one answer per distinct target, with its pieces."""
     out, _ = smoke_run
     model = ["--model", str(out / "model")]
     # in the smoke vocabulary "above" is a ##bo ##ve and "a" one token: two distinct targets, "Above" the same word

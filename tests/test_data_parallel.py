@@ -1,4 +1,4 @@
-"""Several processes share the work (case C35): run with 2 CPU processes over gloo, as `accelerate launch` or
+"""Several processes share the work: run with 2 CPU processes over gloo, as `accelerate launch` or
 `torchrun` would start them, and compare with one process."""
 
 import json
@@ -222,7 +222,7 @@ if torch.distributed.is_initialized():  # and none leaves gloo's threads running
 
 
 def test_two_processes_of_one_row_make_the_update_of_one_batch_of_two(tmp_path):
-    """Case C38 (c): the masked tokens are counted over both processes before dividing, and DDP's
+    """Accumulation across processes: the masked tokens are counted over both processes before dividing, and DDP's
     averaging is undone, so the update is one process's batch of 2, to float rounding."""
     script = tmp_path / "two_rows.py"
     script.write_text(TWO_ROWS)

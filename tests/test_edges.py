@@ -1,4 +1,4 @@
-"""Edges learners hit (cases C04, C17, C30, C36, C37 in ../shared/cases.md, and the order of checks):
+"""Edges learners hit (a batch with nothing masked, bad requests at the command line, one-line errors, and the order of checks):
 each test feeds the case's input and asserts its outcome."""
 
 import ast
@@ -31,7 +31,7 @@ def saved_smoke(tmp_path_factory):
     return folder
 
 
-# C04: a batch with nothing masked ---------------------------------------------------------------
+# A batch with nothing masked -------------------------------------------------------------------
 
 
 def one_row_batches(**changes):
@@ -71,7 +71,7 @@ def test_accuracy_over_nothing_is_nothing_scored_not_zero(smoke_tokenizer, smoke
     assert original_tutorial_accuracy(smoke_model, smoke_tokenizer, [])["accuracy"] is None
 
 
-# C17 / C18b / C30 at the command line ---------------------------------------------------------
+# Bad requests at the command line --------------------------------------------------------------
 
 
 def test_predict_targets_equal_the_pipelines_targets(saved_smoke):
@@ -117,7 +117,7 @@ def test_bad_predict_requests_get_one_line(saved_smoke, capsys, args, needle):
     assert code == 2 and len(err) == 1 and err[0].startswith("error:") and needle in err[0]
 
 
-# C37: every error the package raises reaches the command line as one line ---------------------
+# Every error the package raises reaches the command line as one line ---------------------
 
 
 def package_exception_types() -> set[str]:
@@ -231,7 +231,7 @@ def test_a_bad_choice_is_one_line_not_the_whole_usage():
     assert len(lines) == 1 and "weird" in lines[0] and "--help" in lines[0] and "usage" not in lines[0]
 
 
-# C36 and the order of checks -------------------------------------------------------------------
+# Bad settings and the order of checks--------------------------------------------------------------
 
 
 @pytest.fixture()
@@ -439,7 +439,7 @@ def test_range_errors_name_the_flag_and_the_variable(tmp_path, capsys, args, fla
 
 
 def test_a_tokenizer_larger_than_the_model_is_refused_at_load_naming_both_sizes(tmp_path):
-    """Case C48 (b): names added to the tokenizer, the model saved without resizing."""
+    """A tokenizer larger than the model: names added to the tokenizer, the model saved without resizing."""
     from hp_mlm.models import load_model
 
     tok = build_smoke_tokenizer()
@@ -461,7 +461,7 @@ def test_a_tokenizer_larger_than_the_model_is_refused_at_load_naming_both_sizes(
 def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_says_how_much_space(
     tmp_path, monkeypatch, capsys
 ):
-    """Case C50 (c): the second checkpoint fails half-written with ENOSPC."""
+    """A full disk: the second checkpoint fails half-written with ENOSPC."""
     import errno
 
     from accelerate import Accelerator
@@ -502,7 +502,7 @@ def test_a_full_disk_while_checkpointing_keeps_the_last_checkpoint_and_says_how_
 
 
 def test_out_of_memory_in_any_phase_is_one_line_naming_it_and_keeps_the_checkpoint(tmp_path, monkeypatch, capsys):
-    """Case C19b: memory runs out at the optimiser step, in an evaluation, or in fill_mask."""
+    """Out of memory in any phase: memory runs out at the optimiser step, in an evaluation, or in fill_mask."""
     import transformers
 
     from hp_mlm import evaluation
@@ -544,7 +544,7 @@ def test_out_of_memory_in_any_phase_is_one_line_naming_it_and_keeps_the_checkpoi
 
 
 def test_rows_given_as_1_by_n_tensors_are_read_as_the_lists_they_hold(smoke_tokenizer):
-    """Case C31d: `tokenizer(text, return_tensors="pt")` per sentence gives (1, n) tensors."""
+    """Rows as (1, n) tensors: `tokenizer(text, return_tensors="pt")` per sentence gives (1, n) tensors."""
     from helpers import SENTENCES, fit, tokenised
 
     from hp_mlm.config import get_settings
@@ -575,7 +575,7 @@ def test_rows_given_as_1_by_n_tensors_are_read_as_the_lists_they_hold(smoke_toke
 
 
 def test_every_held_out_row_gets_a_hidden_token_and_rows_that_had_one_keep_their_draw():
-    """Case C12b: `prepare` on the smoke profile, 20 seeds: no held-out row without a label."""
+    """Every held-out row is scored: `prepare` on the smoke profile, 20 seeds: no held-out row without a label."""
     from hp_mlm.config import get_settings
     from hp_mlm.masking import IGNORE_INDEX, freeze_masks
     from hp_mlm.prepare import prepare

@@ -95,7 +95,7 @@ def test_batched_original_accuracy_scores_the_same_positions_as_one_row_at_a_tim
 
 
 def test_a_perplexity_that_overflows_is_inf_with_a_warning_not_1e304():
-    """Case C27c."""
+    """A cross-entropy too large for exp() gives an infinite perplexity with a warning, not an OverflowError."""
     import math
 
     from hp_mlm.evaluation import perplexity

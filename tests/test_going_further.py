@@ -131,7 +131,7 @@ def test_early_stopping_stops_and_keeps_the_best_epoch(smoke_tokenizer, smoke_mo
 def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypatch):
     import huggingface_hub
 
-    from hp_mlm import hub
+    from hp_mlm.ops import push
 
     calls = []
 
@@ -149,7 +149,7 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_fake_token")
     (tmp_path / "model").mkdir()
-    url = hub.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
+    url = push.upload_model(tmp_path / "model", "someone/hp-mlm-bert")
     assert url == "https://hub.example/someone/hp-mlm-bert"
     assert calls == [
         ("init", "hf_fake_token"),
@@ -158,9 +158,9 @@ def test_push_to_hub_makes_the_expected_calls_without_network(tmp_path, monkeypa
     ]
     monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
     with pytest.raises(ValueError, match="hf auth login"):
-        hub.hub_token("someone/hp-mlm-bert")
+        push.hub_token("someone/hp-mlm-bert")
     with pytest.raises(ValueError, match="repository id"):
-        hub.hub_token("no-slash")
+        push.hub_token("no-slash")
 
 
 def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
@@ -207,7 +207,7 @@ def test_compare_options_scores_every_option_on_the_same_masks(tmp_path):
 
 def test_product_descriptions_run_through_the_same_pipeline_with_one_change_of_path(tmp_path):
     from hp_mlm.ops.job import run_job
-    from hp_mlm.prepare import default_probes
+    from hp_mlm.studies.probes import default_probes
 
     settings = get_settings(
         "smoke", environ={}, dataset="hp_mlm:products", epochs=2, output_dir=str(tmp_path), progress=False

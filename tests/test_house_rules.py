@@ -1,6 +1,7 @@
 """House rules a grep can check: no literal BERT token ids, no transformers.AdamW, no remote code,
 weights loaded safely. These guard the package against the original tutorial's faults."""
 
+import json
 import re
 from pathlib import Path
 
@@ -78,3 +79,20 @@ def test_importing_the_package_is_light_and_touches_no_network():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "True"
+
+
+def test_no_fault_number_from_outside_the_repository():
+    """Faults are said in words: a number from a list the repository does not hold (a "case" number)
+    tells a reader nothing they can look up."""
+    pattern = re.compile(r"\b(?:[Cc]ases? )?C\d{2}[a-d]?\b")
+    texts = [*ROOT.glob("*.md"), *(ROOT / "docs").glob("*.md"), *(ROOT / "benchmarks").rglob("*.py")]
+    texts += [*(ROOT / "hp_mlm").rglob("*.py"), *(ROOT / "tests").glob("*.py"), *(ROOT / "notebooks").rglob("*.ipynb")]
+    found = []
+    for path in texts:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".ipynb":  # the cells' sources, not the outputs (images are base64)
+            text = "\n".join("".join(c["source"]) for c in json.loads(text)["cells"])
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in pattern.finditer(text)]
+    assert found == []
+    number = "C" + "38"  # written apart, so that this file passes its own scan
+    assert pattern.search(f"as Case {number} says") and pattern.search(f"({number}b)") and not pattern.search("PC300")

@@ -62,7 +62,7 @@ def test_bad_targets_are_refused_with_the_reason(smoke_tokenizer, smoke_model, t
 
 
 def test_a_target_of_several_pieces_is_scored_whole_never_by_its_first_piece(smoke_tokenizer, smoke_model):
-    """C46/C47: "above" is a ##bo ##ve here; the pipeline would score the pronoun-like first piece "a"."""
+    """A multi-piece target is scored whole: "above" is a ##bo ##ve here; the pipeline would score the pronoun-like first piece "a"."""
     from hp_mlm.scoring import score_words
 
     sentence = "Mira [MASK] crossed the Silver Lake."

@@ -235,7 +235,7 @@ def test_non_ascii_text_is_tokenised_and_masked_without_error(smoke_tokenizer):
 
 @pytest.mark.parametrize("strategy", ["whole_word", "entity"])
 def test_whole_words_without_word_pieces_are_refused_not_token_masking(tiny_vocab_tokenizer, strategy):
-    """Case C45: a vocabulary with no '##' pieces cannot say where words end."""
+    """Whole-word masking needs word pieces: a vocabulary with no '##' pieces cannot say where words end."""
     tok = tiny_vocab_tokenizer
     ids = torch.tensor([tok("harry looked at the owl.")["input_ids"]])
     selectable = selectable_positions(ids, tok)

@@ -249,7 +249,7 @@ def test_notebook_reads_the_profile_and_imports_hp_mlm(name):
     assert not re.search(r"from transformers import[^\n]*\bAdam", code), "use torch.optim.AdamW"
 
 
-# --- run-to-run noise and what the course says its numbers are (issue 12: C27, noisy outputs) -----
+# --- run-to-run noise and what the course says its numbers are (noisy outputs) -----
 
 TIMING = re.compile(r"\b(seconds|wall|time|s/step|it/s)\b", re.IGNORECASE)
 

@@ -1,4 +1,4 @@
-"""What the plots draw, read back from the figures (nbval compares no image: Case C51)."""
+"""What the plots draw, read back from the figures (nbval compares no image: a figure's bytes differ between machines)."""
 
 import json
 from pathlib import Path

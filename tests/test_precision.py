@@ -90,7 +90,7 @@ def test_bf16_and_fp32_training_give_close_losses_and_the_history_names_the_prec
 
 
 def test_bf16_forced_on_a_cpu_without_it_runs_with_one_warning_line(tmp_path):
-    """Case C42 (c): never silence; at the command line one line, naming the flag."""
+    """bf16 forced on a CPU without it: never silence; at the command line one line, naming the flag."""
     import subprocess
     import sys
 

@@ -1,4 +1,4 @@
-"""Probes whose answer is several word pieces (C46): scored by whole words and by rank among candidates,
+"""Probes whose answer is several word pieces: scored by whole words and by rank among candidates,
 never by the first piece, and reported apart from the one-piece probes."""
 
 import json

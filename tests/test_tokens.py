@@ -64,7 +64,7 @@ def test_tokenised_rows_carry_the_special_tokens_mask(smoke_tokenizer):
 
 
 def test_long_rows_are_split_at_word_starts_and_keep_every_token(smoke_tokenizer):
-    """Case C44 (a): no row starts with a '##' piece; the 11 real tokens all appear once."""
+    """Rows cut at word starts: no row starts with a '##' piece; the 11 real tokens all appear once."""
     from datasets import Dataset
 
     from hp_mlm.tokens import tokenize_rows
@@ -80,7 +80,7 @@ def test_long_rows_are_split_at_word_starts_and_keep_every_token(smoke_tokenizer
 
 
 def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
-    """Case C44 (c): ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped."""
+    """Truncation is counted: ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped."""
     from hp_mlm.config import get_settings
     from hp_mlm.models import build_smoke_tokenizer
     from hp_mlm.ops.job import run_job

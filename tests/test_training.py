@@ -283,7 +283,7 @@ def sgd(model, learning_rate, weight_decay=0.0):
 
 
 def test_accumulation_weighs_every_masked_token_the_same_as_one_large_batch(monkeypatch, smoke_tokenizer):
-    """Case C38: batch 2 and batch 1 x accumulation 2 on the same two rows make the same update (SGD at
+    """Gradient accumulation weighs tokens, not batches: batch 2 and batch 1 x accumulation 2 on the same two rows make the same update (SGD at
     rate 1, so the change is minus the gradient) and log the same, token-weighted, loss."""
     import hp_mlm.training as training
 
@@ -316,7 +316,7 @@ def test_accumulation_weighs_every_masked_token_the_same_as_one_large_batch(monk
 
 
 def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_epoch(monkeypatch, smoke_tokenizer):
-    """Case C39: rows 0-2 masked, row 3 ("Hi.") not; batch 1, accumulation 2, 2 epochs: windows 0+1 and 2
+    """A short last window still steps: rows 0-2 masked, row 3 ("Hi.") not; batch 1, accumulation 2, 2 epochs: windows 0+1 and 2
     in each epoch, so 4 steps, as many as the schedule has, ending at rate 0."""
     import hp_mlm.training as training
     from hp_mlm.common import derive_seed
@@ -347,7 +347,7 @@ def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_
 
 
 def test_a_step_skipped_by_loss_scaling_is_counted_apart_and_the_schedule_waits(monkeypatch, smoke_tokenizer):
-    """Case C41, simulated on a CPU: the first window's update is skipped (as fp16's GradScaler does on
+    """A step skipped by fp16 loss scaling, simulated on a CPU: the first window's update is skipped (as fp16's GradScaler does on
     inf gradients); it is not an optimiser step, and the schedule does not move for it."""
     from accelerate.optimizer import AcceleratedOptimizer
 

@@ -22,7 +22,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from hp_mlm.common import process_state
     from hp_mlm.ops.job import run_job
     from hp_mlm.ops.report import format_report
-    from hp_mlm.prepare import default_probes
+    from hp_mlm.studies.probes import default_probes
 
     settings = _settings(args)
     metrics = run_job(
@@ -146,8 +146,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)}; choose from {list(DEFAULT_OPTIONS)}")
         options = {k: v for k, v in DEFAULT_OPTIONS.items() if k in args.only}
-    from hp_mlm.prepare import default_probes
-    from hp_mlm.studies.probes import load_probes
+    from hp_mlm.studies.probes import default_probes, load_probes
 
     shipped = default_probes(settings)  # the corpus's probes with candidates are ranked after each run
     rows = compare_options(settings, options, seeds=args.seeds, probes=load_probes(shipped) if shipped else None)

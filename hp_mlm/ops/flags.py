@@ -13,7 +13,48 @@ from dataclasses import fields
 
 from hp_mlm.common import PRECISIONS
 from hp_mlm.config import Settings, get_settings
-from hp_mlm.profiles import MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES, SETTING_HELP
+from hp_mlm.profiles import MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES
+
+#: What each setting does, as ``--help`` shows it (argparse formats help with %, so a % is written %%).
+SETTING_HELP = {
+    "model": "Hub id or local folder of a masked-LM",
+    "dataset": "Hub dataset id, or a local .txt/.csv/.json/.jsonl/.parquet file or folder",
+    "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
+    "text_column": "column holding the text",
+    "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
+    "epochs": "passes over the training rows (unset in the quick profile: 3 for a pretrained MLM head, 8 for a new one)",
+    "batch_size": "rows per batch",
+    "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
+    "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
+    "mlm_probability": "fraction of tokens masked, in (0, 1)",
+    "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
+    "seed": "random seed for split, shuffling, masks and dropout",
+    "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
+    "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
+    "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
+    "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
+    "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
+    "padding": "batch: each batch to its longest row; pack: training rows joined and cut into blocks of max_length "
+    "at word starts (no padding, no token dropped); dataset: every row to the dataset's longest (the original's)",
+    "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
+    "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
+    "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
+    "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",
+    "time_budget_minutes": "stop at the first step past this many minutes of training, checkpoint, evaluate and "
+    "save; --resume continues (0: no limit)",
+    "weight_decay": "AdamW weight decay, not applied to biases and LayerNorm",
+    "warmup_fraction": "fraction of the optimiser steps over which the learning rate rises from 0, in [0, 1)",
+    "max_grad_norm": "clip the gradient norm to this value (0: no clipping)",
+    "max_validation_rows": "at most this many held-out rows (0: no cap); rows over it go to training",
+    "eval_batch_size": "rows per evaluation batch",
+    "mask_once": "draw the masks once before training (static) instead of afresh for every batch",
+    "label_all_tokens": "labels on every token, not only the masked ones (the original tutorial's mistake)",
+    "group_by_length": "batch rows of similar length together (less padding)",
+    "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
+    "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
+    "progress": "progress bars (--no-progress for logs and CI)",
+    "top_k": "candidates per mask in the examples and probes",
+}
 
 EPILOG = """examples:
   python -m hp_mlm train                                   # the course: bert-base-uncased on Harry Potter (needs the Hub)

@@ -18,9 +18,9 @@ from hp_mlm.checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings
 from hp_mlm.evaluation import evaluate, evaluate_whole_words
-from hp_mlm.hub import hub_token, upload_model
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.ops.push import hub_token, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.studies.original import original_tutorial_accuracy
@@ -155,7 +155,7 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     )
     if prep.loaded.head_newly_initialised:
         log("note: this checkpoint has no trained MLM head; it starts random, so 'before' scores are near zero")
-    if cut := prep.truncated["rows_cut"]:  # Case C44: never text dropped without a count
+    if cut := prep.truncated["rows_cut"]:  # text dropped by truncation is always counted
         log(
             f"note: {cut} row(s) longer than max_length {prep.settings.max_length} lost "
             f"{prep.truncated['tokens_dropped']} tokens to truncation; split_long_rows keeps them as extra rows"

@@ -3,7 +3,7 @@
 Taught in ``notebooks/04_evaluation.ipynb``. A probe whose answer is one token of the vocabulary is
 scored by the token top-k at its mask, as always. An answer of several word pieces (most of the books'
 names: ``hermione`` = ``her ##mi ##one``) can never be one token, so such a probe is scored by whole-word
-prediction (``scoring.predict_words``), never by its first piece (Case C46); and where the probe lists
+prediction (``scoring.predict_words``), never by its first piece; and where the probe lists
 candidates, by the answer's rank among them (``scoring.score_words``; top-1 and mean reciprocal rank).
 Reports keep the one-piece and the multi-piece probes apart.
 """
@@ -18,7 +18,9 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from hp_mlm.config import Settings
 from hp_mlm.inference import fill_mask
+from hp_mlm.profiles import PACKAGE_PROBES
 from hp_mlm.scoring import predict_words, score_words
 
 KINDS = ("one_piece", "multi_piece")
@@ -167,3 +169,12 @@ def score_probes(
     rows = [_probe_row(model, tokenizer, p, pred, top_k, max_pieces) for p, pred in zip(probes, predictions)]
     by_kind = {kind: _summary([r for r in rows if r["kind"] == kind]) for kind in KINDS}
     return {**_summary(rows), "by_kind": by_kind, "rows": rows}
+
+
+def default_probes(settings: Settings) -> Path | None:
+    """The corpora shipped with the package come with probes; others have none unless ``probes`` are given."""
+    if settings.dataset in PACKAGE_PROBES:
+        from importlib import resources
+
+        return Path(str(resources.files("hp_mlm") / "corpora" / PACKAGE_PROBES[settings.dataset]))
+    return None
