@@ -98,6 +98,18 @@ def evaluate(
     return scores(sums, len(frozen_rows), time.perf_counter() - started)
 
 
+def freeze_whole_words(
+    rows: Sequence[dict[str, Any]], tokenizer: PreTrainedTokenizerBase, mlm_probability: float = 0.15, seed: int = 0
+) -> list[dict[str, list[int]]] | None:
+    """The tokenised held-out ``rows`` with words hidden whole (``freeze_masks(..., strategy="whole_word")``,
+    seeded), so that before and after score the same words; None for a vocabulary without WordPiece
+    ``##`` pieces (no word boundaries to mask by). A run freezes them once and scores them with
+    :func:`evaluate` (its ``words`` block: whole-word top-1, one-piece and multi-piece words apart)."""
+    if not bool(continuation_table(tokenizer).any()):
+        return None
+    return freeze_masks(rows, tokenizer, mlm_probability, seed, strategy="whole_word")
+
+
 def evaluate_whole_words(
     model: nn.Module,
     rows: Sequence[dict[str, Any]],
@@ -107,14 +119,10 @@ def evaluate_whole_words(
     batch_size: int = 32,
     precision: str = "fp32",
 ) -> dict[str, Any] | None:
-    """:func:`evaluate` on held-out words hidden whole: masks frozen by ``freeze_masks(...,
-    strategy="whole_word")`` on the tokenised ``rows`` (seeded, so before and after score the same words);
-    read its ``words`` block for whole-word top-1, one-piece and multi-piece words apart. None for a
-    vocabulary without WordPiece ``##`` pieces (no word boundaries to mask by)."""
-    if not bool(continuation_table(tokenizer).any()):
-        return None
-    frozen = freeze_masks(rows, tokenizer, mlm_probability, seed, strategy="whole_word")
-    return evaluate(model, frozen, tokenizer, batch_size, precision=precision)
+    """:func:`evaluate` on :func:`freeze_whole_words` of ``rows`` (frozen on every call: a run that
+    scores more than once freezes them once itself); None without ``##`` pieces."""
+    frozen = freeze_whole_words(rows, tokenizer, mlm_probability, seed)
+    return None if frozen is None else evaluate(model, frozen, tokenizer, batch_size, precision=precision)
 
 
 def batch_sums(

@@ -117,11 +117,16 @@ def masked_counts(batches: list[dict[str, torch.Tensor]], accelerator) -> list[i
 # ---------------------------------------------------------------------------------------------
 
 
-def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float = 0.01) -> torch.optim.AdamW:
+def build_optimizer(
+    model: nn.Module, learning_rate: float, weight_decay: float = 0.01, fused: bool = True
+) -> torch.optim.AdamW:
     """``torch.optim.AdamW`` with no weight decay on biases and LayerNorm weights (as ``run_mlm``).
 
     PyTorch's (``transformers.AdamW`` is gone), ``fused=True`` where torch has the kernel: the same
     update in one pass, 4 times faster than the default on a CPU (benchmarks/results/fused_adamw.md).
+    ``fused=False`` for fp16: a fused AdamW skips an inf/NaN step inside its kernel, where accelerate
+    cannot see it (its ``step_was_skipped`` stays False, so the schedule and the step count would
+    move for an update that did not happen); the unfused one is skipped in the open.
     """
     decay, no_decay = [], []
     for name, param in model.named_parameters():
@@ -130,7 +135,7 @@ def build_optimizer(model: nn.Module, learning_rate: float, weight_decay: float 
             (no_decay if exempt else decay).append(param)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     try:
-        return torch.optim.AdamW(groups, lr=learning_rate, fused=True)
+        return torch.optim.AdamW(groups, lr=learning_rate, fused=fused)
     except (RuntimeError, ValueError):  # an older torch, or a device without the fused kernel
         return torch.optim.AdamW(groups, lr=learning_rate)
 
@@ -324,7 +329,7 @@ def plan_training(
     torch.manual_seed(settings.seed)  # dropout
     train_rows = as_rows(train_rows)  # (1, n) tensors too, read once as lists
     data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)
-    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay)
+    optimizer = build_optimizer(model, settings.learning_rate, settings.weight_decay, settings.precision != "fp16")
     total_steps = optimizer_steps(len(train_rows), settings)
     default = partial(build_scheduler, warmup_fraction=settings.warmup_fraction, kind=settings.schedule)
     scheduler = (make_scheduler or default)(optimizer, total_steps)
@@ -383,11 +388,12 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
             training by returning True.
     Returns:
         ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
-        "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision", "device",
-        "processes", "batches_without_masks"}`` (losses in nats, a step's the token-weighted loss of
-        its window; seconds of training clock, callbacks excluded; an epoch a callback cut short has
-        ``batches_done``, and its checkpoint resumes there; ``train_loss`` None for an epoch
-        without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
+        "masked_tokens", "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision",
+        "device", "processes", "batches_without_masks"}`` (losses in nats per masked token: a step's over
+        its window, an epoch's ``train_loss`` over all its masked tokens (``masked_tokens``), the rule of
+        the held-out loss, not a mean of step losses; seconds of training clock, callbacks excluded; an
+        epoch a callback cut short has ``batches_done``, and its checkpoint resumes there; ``train_loss``
+        None for an epoch without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
         counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
         batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
     Raises:
@@ -416,10 +422,11 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
     bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
     for done, window in windows(bar, settings.gradient_accumulation_steps, skipped):
         plan.position = {"epoch": epoch, "batches_done": done, "batches": end}  # for a checkpoint
-        loss = training_step(plan, window, epoch)
-        if loss is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
+        step = training_step(plan, window, epoch)  # (loss in nats, masked tokens), or None
+        if step is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
             continue
-        losses.append(loss)
+        loss, masked = step
+        losses.append((loss, masked))
         history["optimizer_steps"] += 1
         record = {
             "step": history["optimizer_steps"],
@@ -436,15 +443,16 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
         if stop:
             break
     bar.close()
-    record = {"epoch": epoch + 1, "train_loss": sum(losses) / len(losses) if losses else None}
-    record["seconds"] = time.perf_counter() - clock
+    masked = sum(n for _, n in losses)  # per masked token, as a window's loss and the held-out loss
+    record = {"epoch": epoch + 1, "train_loss": sum(x * n for x, n in losses) / masked if masked else None}
+    record.update(masked_tokens=masked, seconds=time.perf_counter() - clock)
     if done < end:  # a callback stopped it (a time budget): its checkpoint resumes after batch `done`
         record["batches_done"] = done
     history["epochs"].append(record)
     return any([c.on_epoch_end(plan.model, record) for c in callbacks]) or stop
 
 
-def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epoch: int) -> float | None:
+def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epoch: int) -> tuple[float, int] | None:
     """One optimiser step on an accumulation window (``gradient_accumulation_steps`` batches, fewer at
     an epoch's end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad.
 
@@ -452,8 +460,9 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epo
     window on every process (counted first), so the step is the one large batch would make and every
     masked token weighs the same. A batch with nothing masked is left out.
     Returns:
-        the window's loss in nats, or None when no update was made (nothing masked in the window, or
-        fp16 loss scaling found inf/NaN gradients: counted in ``history["skipped_steps"]``).
+        ``(loss, masked)``: the window's loss in nats per masked token and its masked tokens (over
+        every process); None when no update was made (nothing masked in the window, or fp16 loss
+        scaling found inf/NaN gradients: counted in ``history["skipped_steps"]``).
     Raises:
         TrainingDiverged: the loss is NaN/inf. common.OutOfMemory: in the passes or the optimiser step
             (names the phase and :func:`memory_advice`).
@@ -482,7 +491,7 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epo
     if plan.optimizer.step_was_skipped:
         history["skipped_steps"] = history.get("skipped_steps", 0) + 1  # a checkpoint of an older run lacks it
         return None
-    return total
+    return total, masked
 
 
 def windows(batches, size: int, start: int):

@@ -8,14 +8,32 @@ from hp_mlm.config import get_settings
 from hp_mlm.ops.cli import main
 from hp_mlm.ops.job import run_job
 
+#: What the smoke run below logged.
+SMOKE_LOG: list[str] = []
+
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory):
-    """The smoke profile's main job, once for this module."""
+    """The smoke profile's main job, once for this module, without progress bars."""
     out = tmp_path_factory.mktemp("run")
     settings = get_settings("smoke", environ={}, output_dir=str(out), progress=False)
-    metrics = run_job(settings, probes=None, log=lambda _: None)
+    metrics = run_job(settings, probes=None, log=SMOKE_LOG.append)
     return out, metrics
+
+
+def test_without_progress_bars_the_log_has_a_line_per_epoch(smoke_run):
+    import re
+
+    out, _ = smoke_run
+    epochs = json.loads((out / "history.json").read_text())["epochs"]
+    lines = [line for line in SMOKE_LOG if line.startswith("epoch ")]
+    assert len(lines) == len(epochs) > 1
+    for line, epoch in zip(lines, epochs):
+        found = re.fullmatch(r"epoch (\d+)/(\d+): training loss ([\d.]+), held-out loss ([\d.]+), (\d+) s", line)
+        assert found, line
+        assert int(found.group(1)) == epoch["epoch"] and int(found.group(2)) == len(epochs)
+        assert float(found.group(3)) == pytest.approx(epoch["train_loss"], abs=5e-4)
+        assert float(found.group(4)) == pytest.approx(epoch["validation"]["cross_entropy"], abs=5e-4)
 
 
 def test_smoke_main_job_lowers_validation_loss_and_raises_top1(smoke_run):

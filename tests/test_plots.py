@@ -36,6 +36,19 @@ def test_the_loss_curve_draws_the_step_losses_and_each_validation_at_its_epochs_
     assert len(ax.lines) == 1 and list(ax.lines[0].get_ydata()) == [5.0, 4.7]
 
 
+def test_the_epochs_training_loss_is_drawn_beside_its_held_out_loss():
+    history = two_epoch_history()
+    history["epochs"][0]["train_loss"], history["epochs"][1]["train_loss"] = 4.5, 4.0
+    ax = plot_loss_curve(history, smooth=2).axes[0]
+    points = [tuple(c.get_offsets()[0]) for c in ax.collections if len(c.get_offsets())]
+    assert points == [(3.0, 4.2), (3.0, 4.5), (6.0, 3.7), (6.0, 4.0)]
+    labels = ax.get_legend_handles_labels()[1]
+    assert (
+        "training loss per masked token (epoch end)" in labels
+        and "held-out loss per masked token (epoch end)" in labels
+    )
+
+
 def test_before_after_bars_are_the_metrics_in_percent():
     metrics = {"before": {"top1": 0.073, "top5": 0.2}, "after": {"top1": 0.215, "top5": 0.41}}
     ax = plot_before_after(metrics).axes[0]

@@ -379,3 +379,77 @@ def test_a_plan_runs_once(smoke_tokenizer, smoke_model):
     with pytest.raises(ValueError, match="trained already; make a new one with plan_training"):
         train(plan)
     assert plan.history["optimizer_steps"] == 2
+
+
+def test_the_epochs_training_loss_is_per_masked_token_not_a_mean_of_step_losses(monkeypatch, smoke_tokenizer):
+    """Rows with few and with many masked tokens, one per step: the epoch's train_loss weighs each step by
+    its masked tokens (the rule of a window's loss and of the held-out loss), and says how many."""
+    from hp_mlm import training
+
+    steps, real = [], training.training_step
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        steps.append(result)
+        return result
+
+    monkeypatch.setattr(training, "training_step", spy)
+    rows = tokenised(smoke_tokenizer, ["Hob rowed.", " ".join(SENTENCES[:4])])
+    settings = smoke_settings(batch_size=1, mask_once=True, mlm_probability=0.4, group_by_length=False)
+    history = fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings)
+    (epoch,) = history["epochs"]
+    taken = [s for s in steps if s is not None]
+    assert len(taken) == 2 and taken[0][1] != taken[1][1]  # two steps with different masked counts
+    weighted = sum(loss * n for loss, n in taken) / sum(n for _, n in taken)
+    assert epoch["masked_tokens"] == sum(n for _, n in taken)
+    assert epoch["train_loss"] == pytest.approx(weighted, rel=1e-12)
+    assert epoch["train_loss"] != pytest.approx(sum(loss for loss, _ in taken) / 2, rel=1e-3)
+    assert [s["loss"] for s in history["steps"]] == [loss for loss, _ in taken]
+
+
+def test_fp16_loss_scaling_skips_an_inf_step_in_the_open(monkeypatch, smoke_tokenizer):
+    """fp16 with a GradScaler (on the CPU here, as on a T4): an inf gradient at the second step is a
+    skipped step: the weights do not move, the schedule waits, it is counted apart. fp16 gets the
+    unfused AdamW, whose skip accelerate sees (a fused kernel would skip inside itself, unseen)."""
+    from accelerate import Accelerator
+
+    from hp_mlm import training
+    from hp_mlm.ops.job import run_training
+    from hp_mlm.training import plan_training
+
+    def fp16_accelerator(settings, real=training.new_accelerator):
+        accelerator = real(settings.replace(precision="fp32"))
+        accelerator.state._mixed_precision = "fp16"  # as on a GPU: autocast to fp16 and a loss scaler
+        accelerator.native_amp = True
+        accelerator.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+        return accelerator
+
+    monkeypatch.setattr(training, "new_accelerator", fp16_accelerator)
+    model = no_dropout_model(smoke_tokenizer)
+    settings = smoke_settings(epochs=1, batch_size=2, warmup_fraction=0.0, group_by_length=False)
+    settings = settings.replace(precision="fp16")  # as resolved on a T4 (this CPU refuses fp16 when asked)
+    plan = plan_training(model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), settings)
+    assert isinstance(plan.accelerator, Accelerator) and plan.accelerator.scaler is not None
+    assert not plan.optimizer.optimizer.defaults.get("fused")  # fp16: the unfused AdamW
+    backward, snapshots, real = [], [], training.training_step
+    weight = model.get_input_embeddings().weight
+    weight.register_hook(lambda grad: grad * math.inf if len(backward) == 2 else grad)
+    monkeypatch.setattr(
+        plan.accelerator, "backward", lambda loss, b=plan.accelerator.backward: backward.append(1) or b(loss)
+    )
+
+    def step(*args, **kwargs):
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        result = real(*args, **kwargs)
+        snapshots.append((before, result))
+        return result
+
+    monkeypatch.setattr(training, "training_step", step)
+    history = run_training(plan, [])
+    assert [r is None for _, r in snapshots] == [False, True, False, False]  # 8 rows, batch 2: the 2nd skipped
+    skipped_before = snapshots[1][0]
+    after_skip = snapshots[2][0]
+    assert all(torch.equal(skipped_before[k], after_skip[k]) for k in skipped_before)  # no weight moved
+    assert history["skipped_steps"] == 1 and history["optimizer_steps"] == len(history["steps"]) == 3
+    planned = [1e-3 * (1 - k / 4) for k in range(1, 4)]  # linear decay over 4 steps, one of them not taken
+    assert [s["lr"] for s in history["steps"]] == pytest.approx(planned)

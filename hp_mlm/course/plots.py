@@ -17,10 +17,11 @@ def _axes(ax):
 
 
 def plot_loss_curve(history: Mapping[str, Any], ax=None, smooth: int = 10):
-    """Training loss per optimiser step (thin line) and its running mean over ``smooth`` steps.
+    """Training loss per optimiser step (thin line), its running mean over ``smooth`` steps, and at each
+    epoch's last step the epoch's training loss and held-out loss, both per masked token (like with like).
 
     Args:
-        history: the dict returned by ``training.train`` (``history["steps"]``).
+        history: the dict returned by ``training.train`` (``history["steps"]``, ``history["epochs"]``).
     Returns:
         The matplotlib ``Figure``.
     """
@@ -34,14 +35,17 @@ def plot_loss_curve(history: Mapping[str, Any], ax=None, smooth: int = 10):
             for i in range(len(losses))
         ]
         ax.plot(steps, running, lw=2, label=f"running mean ({smooth} steps)")
+    marks = {"validation": ("o", "black", "held-out loss"), "train_loss": ("x", "tab:red", "training loss")}
     for epoch in history.get("epochs", []):
-        val = epoch.get("validation")
-        if val:
-            last = [s["step"] for s in history["steps"] if s["epoch"] == epoch["epoch"]]
-            if last:
-                ax.scatter([last[-1]], [val["cross_entropy"]], marker="o", color="black", zorder=3)
-    if any(e.get("validation") for e in history.get("epochs", [])):
-        ax.scatter([], [], marker="o", color="black", label="validation loss (epoch end)")
+        last = [s["step"] for s in history["steps"] if s["epoch"] == epoch["epoch"]]
+        for key, (marker, color, _) in marks.items():
+            value = epoch.get(key)
+            value = value["cross_entropy"] if isinstance(value, Mapping) else value
+            if last and value is not None:
+                ax.scatter([last[-1]], [value], marker=marker, color=color, zorder=3)
+    for key, (marker, color, name) in marks.items():
+        if any(e.get(key) is not None for e in history.get("epochs", [])):
+            ax.scatter([], [], marker=marker, color=color, label=f"{name} per masked token (epoch end)")
     ax.set_xlabel("optimiser step")
     ax.set_ylabel("cross-entropy (nats)")
     ax.set_title("Training loss")

@@ -17,7 +17,7 @@ from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
 from hp_mlm.checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings
-from hp_mlm.evaluation import evaluate, evaluate_whole_words
+from hp_mlm.evaluation import evaluate, freeze_whole_words
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.push import hub_token, upload_model
@@ -85,10 +85,12 @@ def run_job(
     log_data(prep, log)
     seconds = dict(prep.seconds)
     phase = time.perf_counter()
-    before = measure(prep, prep.loaded.model, "before", probe_list)
+    tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
+    words = freeze_whole_words(prep.validation_tokens, tok, s.mlm_probability, s.seed)
+    before = measure(prep, prep.loaded.model, "before", words, probe_list)
     seconds["evaluate_before"] = time.perf_counter() - phase
     log_before_training(prep, before, state.num_processes, log)
-    history, after = train_and_measure(prep, out, resume, seconds, log)
+    history, after = train_and_measure(prep, out, resume, seconds, log, words)
     phase = time.perf_counter()
     after["probes"], examples = predict(prep, probe_list)
     seconds["predict"] = time.perf_counter() - phase
@@ -168,18 +170,19 @@ def held_out(prep: Prepared, model) -> dict[str, Any]:
     return evaluate(model, prep.frozen_validation, prep.loaded.tokenizer, s.eval_batch_size, precision=s.precision)
 
 
-def measure(prep: Prepared, model, when: str, probe_list: list | None = None, held: dict | None = None) -> dict:
+def measure(
+    prep: Prepared, model, when: str, words: list | None, probe_list: list | None = None, held: dict | None = None
+) -> dict:
     """What is measured ``when`` ("before" or "after"): held-out scores (``held`` when the loop has
-    scored them already), the original tutorial's accuracy (a fresh draw) and, given, the probes."""
+    scored them already), the original tutorial's accuracy (a fresh draw), the held-out ``words``
+    hidden whole (``evaluation.freeze_whole_words``, frozen once a run) and, given, the probes."""
     s, tok = prep.settings, prep.loaded.tokenizer
     result = {"held_out": held or held_out(prep, model)}
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
     result["original"] = original_tutorial_accuracy(
         model, tok, sample, generator(s.seed, f"original-{when}"), s.max_length, s.eval_batch_size, s.precision
     )
-    result["whole_words"] = evaluate_whole_words(
-        model, prep.validation_tokens, tok, s.mlm_probability, s.seed, s.eval_batch_size, s.precision
-    )
+    result["whole_words"] = evaluate(model, words, tok, s.eval_batch_size, precision=s.precision) if words else None
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
     return result
@@ -196,6 +199,8 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
         f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
         f"({s.schedule} schedule), {s.epochs} epoch(s)"
     )
+    if s.precision == "fp16":
+        log("fp16 with loss scaling: AdamW unfused, so that a step it skips is seen (not counted; the schedule waits)")
     if s.time_budget_minutes:
         log(f"time budget: training stops after {s.time_budget_minutes:g} min, saves a checkpoint, evaluates and saves")
     if processes == 1 and os.environ.get("MASTER_PORT") and os.environ.get("ACCELERATE_USE_CPU", "").lower() == "true":
@@ -203,7 +208,7 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
 
 
 def train_and_measure(
-    prep: Prepared, out: Path, resume: bool, seconds: dict[str, float], log: Callable[[str], None]
+    prep: Prepared, out: Path, resume: bool, seconds: dict[str, float], log: Callable[[str], None], words: list | None
 ) -> tuple[dict, dict]:
     """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
     ``seconds`` gains ``train``, ``train_clock`` and ``evaluate_after``."""
@@ -213,11 +218,8 @@ def train_and_measure(
     # a time budget stops the epoch in progress, which is validated and checkpointed as usual
     budget = time_budget(plan)
     validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience)
-    callbacks: list[Callback] = [
-        validate,
-        budget,
-        SaveCheckpoints(plan),
-    ]  # checkpoints last: the epoch's scores in them
+    epochs = [] if s.progress else [LogEpochs(log, s.epochs)]  # without progress bars, a line per epoch
+    callbacks: list[Callback] = [validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last: with the scores
     if plan.history["optimizer_steps"]:
         log(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
@@ -236,7 +238,7 @@ def train_and_measure(
     seconds["train"] = time.perf_counter() - phase - validated["seconds"]
     seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
     phase = time.perf_counter()
-    after = measure(prep, model, "after", held=validated)
+    after = measure(prep, model, "after", words, held=validated)
     seconds["evaluate_after"] = validated["seconds"] + time.perf_counter() - phase
     return history, after
 
@@ -311,3 +313,21 @@ def run_training(plan: TrainingPlan, callbacks: list[Callback]) -> dict:
     largest step's memory)."""
     with reuse_freed_memory(plan.accelerator.device.type == "cpu"):
         return train(plan, callbacks)
+
+
+class LogEpochs(Callback):
+    """One line per epoch, for a log without progress bars (``progress`` off): the epoch's training loss
+    and held-out loss (both per masked token) and its seconds of training."""
+
+    def __init__(self, log: Callable[[str], None], epochs: int) -> None:
+        self.log, self.epochs = log, epochs
+
+    def on_epoch_end(self, model, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+        train, held = record["train_loss"], (record.get("validation") or {}).get("cross_entropy")
+        losses = [
+            f"{name} loss {value:.3f}" for name, value in (("training", train), ("held-out", held)) if value is not None
+        ]
+        self.log(
+            f"epoch {record['epoch']}/{self.epochs}: {', '.join(losses) or 'nothing masked'}, {record['seconds']:.0f} s"
+        )
+        return False
