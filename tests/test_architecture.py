@@ -22,7 +22,7 @@ PACKAGE = ROOT / "hp_mlm"
 AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator"},  # below every step
+    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.site"},  # below every step
     {"config", "hub"},
     {"data", "models"},
     {"tokens"},
