@@ -74,8 +74,8 @@ def colab_badge(notebook: dict, page: Path) -> bool:
     return True
 
 
-def outside_links(markdown: str, page: Path, pages: set[Path]) -> str:
-    """``markdown`` of ``page`` (a path under the root) with each relative link to a file that is not one
+def outside_links(markdown: str, page: Path, pages: set[Path], root: Path = ROOT) -> str:
+    """``markdown`` of ``page`` (a path under ``root``) with each relative link to a file that is not one
     of ``pages`` pointed at that file on GitHub; web links, anchors on the same page and code blocks stay."""
 
     def repoint(match: re.Match) -> str:
@@ -85,7 +85,7 @@ def outside_links(markdown: str, page: Path, pages: set[Path]) -> str:
         resolved = Path(os.path.normpath(page.parent / target))
         if resolved in pages:
             return match[0]
-        kind = "tree" if (ROOT / resolved).is_dir() else "blob"
+        kind = "tree" if (root / resolved).is_dir() else "blob"
         return f"{match[1]}{REPOSITORY}/{kind}/main/{resolved.as_posix()}{'#' + anchor if anchor else ''}{match[3]}"
 
     parts = FENCE.split(markdown)
@@ -94,7 +94,7 @@ def outside_links(markdown: str, page: Path, pages: set[Path]) -> str:
 
 def stage(root: Path, src: Path) -> list[Path]:
     """Copy the site's pages from ``root`` to ``src`` (emptied first) and prepare them (see the module's
-    docstring), with ``docs/site/index.md`` as the home page. Returns the pages, as paths under ``src``."""
+    docstring), with ``docs/site/index.md`` as the home page. Returns the pages' paths (the same under both)."""
     pages = sorted({p.relative_to(root) for pattern in PAGES for p in root.glob(pattern)})
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
@@ -108,10 +108,10 @@ def stage(root: Path, src: Path) -> list[Path]:
             colab_badge(notebook, page)
             for cell in notebook["cells"]:
                 if cell["cell_type"] == "markdown":
-                    cell["source"] = outside_links("".join(cell["source"]), page, set(pages))
+                    cell["source"] = outside_links("".join(cell["source"]), page, set(pages), root)
             text = json.dumps(notebook, ensure_ascii=False, indent=1)
         else:
-            text = outside_links(text, page, set(pages))
+            text = outside_links(text, page, set(pages), root)
         (src / page).write_text(text, encoding="utf-8")
     return pages
 
