@@ -22,7 +22,7 @@ PACKAGE = ROOT / "hp_mlm"
 AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.push"},  # below every step
+    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.push", "ops.site"},
     {"config", "hub"},
     {"data", "models"},
     {"tokens"},
@@ -35,8 +35,16 @@ LAYERS = [
     {"inference"},
     {"prepare"},
     {"course.plots", "studies.probes", "studies.downstream", "studies.original"},
-    {"course.checking", "course.episodes", "ops.report"},
-    {"ops.job", "studies.options", "studies.library", "course.exercises", "course.model_exercises", "ops.doctor"},
+    {"course.checking", "course.episodes", "ops.report", "ops.card"},
+    {
+        "ops.job",
+        "studies.options",
+        "studies.library",
+        "course.exercises",
+        "course.model_exercises",
+        "ops.doctor",
+        "course.widget",
+    },
     {"ops.flags"},
     {"ops.cli"},
     {"__main__"},

@@ -20,6 +20,7 @@ from hp_mlm.config import Settings
 from hp_mlm.evaluation import evaluate, freeze_whole_words
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.ops.card import write_model_card
 from hp_mlm.ops.push import hub_token, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
@@ -60,11 +61,12 @@ def run_job(
     push_to_hub: str | None = None,
     candidates: str | Path | None = None,
 ) -> dict[str, Any]:
-    """The whole main job; writes ``model/``, ``metrics.json``, ``history.json`` and two PNG plots.
+    """The whole main job; writes ``model/`` (with its model card, ``model/README.md``: ``card.write_model_card``),
+    ``metrics.json``, ``history.json`` and two PNG plots.
 
     Each thing is measured once: the "after" is the last epoch's validation (or, with early
     stopping, the best epoch's, whose weights the model then holds). With ``push_to_hub="user/name"``
-    the saved model folder is uploaded to that Hub repository at the end (a Hugging Face token is
+    the saved model folder, card included, is uploaded to that Hub repository at the end (a Hugging Face token is
     checked for before training starts). ``candidates``: a file of words ranked at every probe's mask
     that lists none of its own (``probes.read_candidates``).
 
@@ -97,7 +99,7 @@ def run_job(
     metrics = collect_metrics(prep, before, after, history, examples, seconds)
     phase = time.perf_counter()
     if state.is_main_process:
-        save_outputs(prep, history, metrics, out)
+        save_outputs(prep, history, metrics, out, push_to_hub)
     seconds["save"] = time.perf_counter() - phase
     if push_to_hub and state.is_main_process:
         metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
@@ -283,11 +285,13 @@ def collect_metrics(
     }
 
 
-def save_outputs(prep: Prepared, history: dict, metrics: dict, out: Path) -> None:
-    """The model (replacing the checkpoints, unless a time budget stopped training), the history and the plots."""
+def save_outputs(prep: Prepared, history: dict, metrics: dict, out: Path, repo_id: str | None = None) -> None:
+    """The model with its model card (replacing the checkpoints, unless a time budget stopped training),
+    the history and the plots. ``repo_id``: the Hub repository the model will be pushed to, named in the card."""
     from hp_mlm.course.plots import plot_before_after, plot_loss_curve, save_figure
 
     save_model(prep.loaded.model, prep.loaded.tokenizer, out / MODEL_DIR)
+    write_model_card(out / MODEL_DIR, prep.settings, metrics=metrics, history=history, repo_id=repo_id)
     if "time_budget_stop" not in history:  # the finished model replaces them; a stopped run keeps them
         clear_checkpoints(out)
     atomic_write_text(out / "history.json", json.dumps(history, indent=2))

@@ -1,0 +1,288 @@
+"""A model card (``README.md``) beside every saved model, written with ``huggingface_hub``'s ModelCard.
+
+The card's metadata (``ModelCardData``: ``pipeline_tag: fill-mask``, the base model and dataset where
+they are Hub ids, the held-out results as ``model-index``) is what the Hub reads; its text says how
+the model was made and how good it is: base model, data and split, the settings that matter,
+held-out top-1, top-5 and perplexity before and after on the same frozen masked tokens, probes,
+device and precision, training time, the course's commit, intended use and limitations. The main
+job (``job.run_job``) writes it with every model it saves, so ``--push-to-hub`` uploads it with the
+folder; notebooks 03 and 04 call :func:`write_model_card` after ``save_model`` and after evaluating.
+The numbers behind the text are kept in the metadata too (``hp_mlm:``), so a later call can add to
+a card instead of starting again (``update=True``).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from hp_mlm.common import atomic_write_text
+from hp_mlm.config import Settings
+from hp_mlm.hub import is_local
+from hp_mlm.inference import EXAMPLE_SENTENCES
+
+CARD = "README.md"
+#: The settings a reader needs to judge or repeat the run (the rest are in the job's metrics.json).
+SETTINGS_SHOWN = (
+    "model", "dataset", "split", "profile", "recipe", "epochs", "batch_size", "gradient_accumulation_steps",
+    "learning_rate", "schedule", "warmup_fraction", "weight_decay", "max_grad_norm", "mlm_probability", "masking",
+    "max_length", "padding", "precision", "validation_fraction", "early_stopping_patience", "time_budget_minutes",
+    "seed",
+)  # fmt: skip
+HELD_OUT = ("top1", "top5", "perplexity", "cross_entropy", "n_positions", "n_rows")
+PROBES = ("n", "hits_top1", "hits_topk")
+
+TEMPLATE = """---
+{{ card_data }}
+---
+
+# {{ model_name }}
+
+`{{ base }}` fine-tuned for masked language modelling (fill-mask) on `{{ dataset }}` (split `{{ split }}`)
+with [hp-mlm](https://github.com/hp-mlm/hp-mlm), a course on BERT's pre-training objective.
+
+```python
+from transformers import pipeline
+
+unmasker = pipeline("fill-mask", model="{{ load_from }}")
+unmasker(f"{{ example_left }}{unmasker.tokenizer.mask_token}{{ example_right }}")
+```
+
+## Held-out results
+
+Scored on {{ rows }} rows held out of training, at the same {{ masked }} masked tokens before and after
+(masks frozen by the seed; special tokens never masked). Perplexity is exp(mean cross-entropy) at
+those tokens: a masked-token pseudo-perplexity, not comparable with a left-to-right model's.
+
+| | before (`{{ base }}`) | after (this model) |
+| --- | --- | --- |
+{% for name, before, after in held_out -%}
+| {{ name }} | {{ before }} | {{ after }} |
+{% endfor %}
+{%- if probes %}
+## Probes
+
+Sentences about the corpus with one word hidden, the word the corpus gives as the answer
+({{ probes.n }} probes; top-k is top-{{ top_k }}):
+
+| | before | after |
+| --- | --- | --- |
+| answer is the first guess (top-1) | {{ probes.before_top1 }} | {{ probes.after_top1 }} |
+| answer in the top-{{ top_k }} | {{ probes.before_topk }} | {{ probes.after_topk }} |
+{% endif %}
+## Training
+
+| setting | value |
+| --- | --- |
+{% for name, value in settings -%}
+| `{{ name }}` | {{ value }} |
+{% endfor %}
+Trained on {{ device }} in {{ precision }}{{ processes }}; training took {{ train_time }}{{ total_time }}.
+Rows: {{ data }}. Made with the course at commit {{ commit }}.
+
+## Intended use
+
+Teaching and trying masked language modelling: fill in a `[MASK]` in sentences like the training
+text, compare it with the base model, and measure what fine-tuning on a small domain corpus changes.
+It is a demonstration of domain adaptation, not a model to build products on.
+
+## Limitations
+
+- Trained on a small corpus from one domain, for a few epochs: it has learnt that corpus's names and
+  phrasing, and may be worse than the base model on other text. It inherits the base model's biases.
+- The held-out rows come from the same corpus as the training rows, so the scores above measure
+  how well it fills gaps in more text of that kind, not in English in general.
+- A probe shows whether the model puts one word first (or in its top-k) in one sentence. A right
+  probe does not show that the model "knows" a fact in other words, and with few probes one more or
+  less is a large share; sentences close to training rows can be answered from memory.
+- One `[MASK]` is one word piece: a name of several pieces needs one mask per piece, or
+  whole-word scoring (`hp_mlm.scoring`), to be predicted or scored.
+"""
+
+
+def hub_id(name: str | None) -> str | None:
+    """``name`` when it is a Hub repository id (``owner/name`` or ``name``), else None (a local path,
+    or one of the package's own models or corpora such as ``hp_mlm:smoke-bert``)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    if not name or ":" in name or is_local(name):
+        return None
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        return None
+    return name
+
+
+def course_commit() -> str | None:
+    """The course's git commit: the checkout the package runs from (``-dirty`` when tracked files are
+    changed), else the commit pip recorded when it installed the course from git (Colab), else None."""
+    root = Path(__file__).resolve().parents[2]
+    if (root / ".git").exists():
+        try:
+            run = {"cwd": root, "capture_output": True, "text": True, "timeout": 10, "check": True}
+            head = subprocess.run(["git", "rev-parse", "HEAD"], **run).stdout.strip()
+            changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], **run).stdout.strip()
+            return head + ("-dirty" if changed else "")
+        except (OSError, subprocess.SubprocessError):
+            pass
+    try:
+        recorded = json.loads(metadata.distribution("hp-mlm").read_text("direct_url.json") or "{}")
+    except metadata.PackageNotFoundError:
+        return None
+    return recorded.get("vcs_info", {}).get("commit_id")
+
+
+def card_summary(
+    settings: Settings | dict[str, Any],
+    metrics: dict[str, Any] | None = None,
+    history: dict[str, Any] | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The numbers a card shows, from whatever the caller has (later arguments win).
+
+    Args:
+        settings: the run's resolved settings.
+        metrics: ``job.run_job``'s metrics (``before``, ``after``, ``probes``, ``run``, ``seconds``, ``data``).
+        history: ``training.train``'s history: device, precision, processes, training seconds, and the
+            last (or, with early stopping, the best) validation as "after".
+        before, after: ``evaluation.evaluate`` results on the frozen held-out rows.
+    Returns:
+        A JSON-able dict: ``settings`` (those in ``SETTINGS_SHOWN``), ``held_out`` ({"before", "after"}),
+        ``probes``, ``run``, ``seconds`` (``train``, ``total``), ``data``; missing parts are absent.
+    """
+    settings = settings.as_dict() if isinstance(settings, Settings) else dict(settings)
+    summary: dict[str, Any] = {"settings": {k: settings[k] for k in SETTINGS_SHOWN if k in settings}}
+    summary["top_k"] = settings.get("top_k", 5)
+    held: dict[str, Any] = {}
+    if history:
+        summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
+        summary["seconds"] = {"train": sum(e["seconds"] for e in history["epochs"])}
+        held["after"] = history.get("final_validation") or history["epochs"][-1].get("validation")
+    if metrics:
+        held.update({k: metrics[k] for k in ("before", "after") if k in metrics})
+        summary["run"] = metrics.get("run", summary.get("run"))
+        seconds = metrics.get("seconds", {})
+        summary["seconds"] = {k: seconds[k] for k in ("train", "total") if k in seconds}
+        if "before" in metrics.get("probes", {}):
+            summary["probes"] = {w: {k: metrics["probes"][w][k] for k in PROBES} for w in ("before", "after")}
+        data = metrics.get("data", {})
+        summary["data"] = {k: data[k] for k in ("n_train", "n_validation") if k in data}
+    held.update({k: v for k, v in (("before", before), ("after", after)) if v is not None})
+    summary["held_out"] = {k: {m: v[m] for m in HELD_OUT if m in v} for k, v in held.items() if v}
+    return {k: v for k, v in summary.items() if v}
+
+
+def model_card(summary: dict[str, Any], repo_id: str | None = None, commit: str | None = None):
+    """A ``huggingface_hub.ModelCard`` from :func:`card_summary`'s dict: metadata (``ModelCardData``,
+    the "after" held-out results as ``EvalResult``s) and the text of ``TEMPLATE``.
+
+    ``repo_id``: the Hub repository the model goes to (the card's name and load example), else None.
+    """
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    s, held = summary["settings"], summary.get("held_out", {})
+    base, dataset, split = s.get("model", "?"), s.get("dataset", "?"), s.get("split", "?")
+    name = repo_id or f"{base.split('/')[-1].split(':')[-1]}, fine-tuned for fill-mask with hp-mlm"
+    labels = {"top1": "top-1 accuracy", "top5": "top-5 accuracy", "perplexity": "perplexity"}
+    results = [
+        EvalResult(
+            task_type="fill-mask",
+            task_name="Masked language modelling",
+            dataset_type=hub_id(dataset) or Path(dataset.split(":")[-1]).stem,
+            dataset_name=f"{dataset}, rows held out of training",
+            dataset_split=f"{split} (held-out rows)",
+            metric_type="accuracy" if key != "perplexity" else "perplexity",
+            metric_name=f"{label} at frozen masked tokens",
+            metric_value=round(held["after"][key], 4),
+        )
+        for key, label in labels.items()
+        if key in held.get("after", {})
+    ]
+    data = ModelCardData(
+        base_model=hub_id(base),
+        datasets=[hub_id(dataset)] if hub_id(dataset) else None,
+        library_name="transformers",
+        pipeline_tag="fill-mask",
+        tags=["fill-mask", "masked-language-modeling", "hp-mlm"],
+        model_name=name,
+        eval_results=results or None,
+        hp_mlm=summary,
+    )
+    return ModelCard.from_template(data, template_str=TEMPLATE, **card_text(summary, name, repo_id, commit))
+
+
+def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: str | None) -> dict[str, Any]:
+    """The template's values: each number formatted, "not measured" where a part is missing."""
+    s, held, run = summary["settings"], summary.get("held_out", {}), summary.get("run", {})
+    seconds, data, probes = summary.get("seconds", {}), summary.get("data", {}), summary.get("probes")
+    formats = {"top-1 accuracy": ("top1", "{:.1%}"), "top-5 accuracy": ("top5", "{:.1%}"),
+               "perplexity": ("perplexity", "{:.2f}"), "masked tokens scored": ("n_positions", "{:,}")}  # fmt: skip
+    table = [
+        (label, *(fmt.format(held[w][key]) if key in held.get(w, {}) else "not measured" for w in ("before", "after")))
+        for label, (key, fmt) in formats.items()
+    ]
+    counted = next((held[w] for w in ("after", "before") if w in held), {})
+    return {
+        "model_name": name,
+        "base": s.get("model", "?"),
+        "dataset": s.get("dataset", "?"),
+        "split": s.get("split", "?"),
+        "load_from": repo_id or "path/to/this/folder",
+        "example_left": EXAMPLE_SENTENCES[1].partition("[MASK]")[0],
+        "example_right": EXAMPLE_SENTENCES[1].partition("[MASK]")[2],
+        "rows": counted.get("n_rows", "the"),
+        "masked": f"{counted['n_positions']:,}" if "n_positions" in counted else "",
+        "held_out": table,
+        "top_k": summary.get("top_k", 5),
+        "probes": probes
+        and {
+            "n": probes["after"]["n"],
+            **{f"{w}_{k}": f"{probes[w][f'hits_{k}']} of {probes[w]['n']}" for w in probes for k in ("top1", "topk")},
+        },
+        "settings": [(k, f"`{v}`" if isinstance(v, str) else v) for k, v in s.items()],
+        "device": run.get("device", "a device not recorded"),
+        "precision": run.get("precision", s.get("precision", "?")),
+        "processes": f", {run['processes']} processes" if run.get("processes", 1) > 1 else "",
+        "train_time": f"{seconds['train']:.0f} s" if "train" in seconds else "a time not recorded",
+        "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
+        "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",
+        "commit": f"`{commit}`" if commit else "unknown (not run from a git checkout)",
+    }
+
+
+def write_model_card(
+    model_dir: str | Path,
+    settings: Settings | dict[str, Any],
+    *,
+    metrics: dict[str, Any] | None = None,
+    history: dict[str, Any] | None = None,
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    repo_id: str | None = None,
+    update: bool = False,
+) -> Path:
+    """Write ``model_dir/README.md``, the model card (see :func:`card_summary` for the arguments),
+    atomically. ``update=True`` keeps what an earlier card in the folder recorded and the new
+    arguments don't give (notebook 04 adds before/after to notebook 03's card). Returns its path.
+
+    Raises:
+        FileNotFoundError: ``model_dir`` does not exist (save the model with ``checkpoints.save_model`` first).
+    """
+    from huggingface_hub import ModelCard
+
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"no model folder {str(folder)!r}; save the model there with save_model first")
+    summary = card_summary(settings, metrics, history, before, after)
+    if update and (folder / CARD).is_file():
+        earlier = ModelCard.load(folder / CARD).data.to_dict().get("hp_mlm", {})
+        held = {**earlier.get("held_out", {}), **summary.get("held_out", {})}
+        summary = {**earlier, **summary, "held_out": held}
+    card = model_card(summary, repo_id, course_commit())
+    atomic_write_text(folder / CARD, str(card))
+    return folder / CARD
