@@ -1,25 +1,20 @@
-"""MERGED: objective: The objective: cross-entropy at the masked positions only (Devlin et al. 2019, section 3.1).
+"""Training: the loss, AdamW, the learning-rate schedule, the batches, the plan, and the loop.
 
-Taught in ``notebooks/03_training.ipynb``. :func:`masked_lm_loss` is what the training loop
-minimises; :class:`MaskedLMObjective` wraps a model so that its ``forward`` returns that loss, which
-lets ``accelerate`` (DDP, autocast) see one module. | plan: The plan: everything the training loop needs, decided before it starts.
+Taught in ``notebooks/03_training.ipynb``, in the order of this file:
 
-Taught in ``notebooks/03_training.ipynb`` (its first half; ``training.train`` is the second).
-:func:`plan_training` builds the optimiser (AdamW with weight-decay groups), the schedule (linear
-warmup, then decay or a held rate), how batches are built (fresh masks per batch, or the original
-tutorial's static data), the ``accelerate`` wrapper (precision, several processes) and the point
-to resume from, and returns them as one :class:`TrainingPlan`. Its feature set follows
-``transformers``' ``run_mlm_no_trainer.py``. | training: Training: one readable loop that runs a :class:`~hp_mlm.training.TrainingPlan`.
+- the loss (:func:`masked_lm_loss`): cross-entropy at the masked positions only (Devlin et al. 2019,
+  section 3.1), wrapped as a module (:class:`MaskedLMObjective`) so that ``accelerate`` (DDP,
+  autocast) sees one model;
+- AdamW with weight-decay groups (:func:`build_optimizer`), linear warmup then decay or a held rate
+  (:func:`build_scheduler`), and the batches of an epoch (:func:`epoch_loader`);
+- the plan (:func:`plan_training`): everything decided before the loop, returned as one
+  :class:`TrainingPlan` (its features follow ``transformers``' ``run_mlm_no_trainer.py``);
+- the loop (:func:`train`, :func:`train_epoch`, :func:`training_step`): notebook 03's hand loop with
+  what a real run needs inside a step; everything else (validation, time budget, checkpoints) is a
+  :class:`Callback` the caller passes (``hp_mlm.callbacks``).
 
-Taught in ``notebooks/03_training.ipynb`` (its second half). Everything is decided before the loop
-by ``training.plan_training`` (how batches are built, the optimiser, the schedule, where to resume); the
-loop only steps, logs, checkpoints and asks its callbacks whether to stop. It runs through
-``accelerate.Accelerator``, so the same code uses bf16/fp16 autocast and several GPUs under
-``accelerate launch``. | callbacks: Callbacks: what the training loop does besides stepping (validation, early stopping, time budgets).
-
-``training.train`` calls every callback after each optimiser step and at the end of each epoch;
-any of them may stop training by returning True. Time spent inside callbacks is not counted in
-an epoch's ``seconds``. Taught in ``notebooks/03_training.ipynb`` (``Validate``).
+It runs through ``accelerate.Accelerator``, so the same code uses bf16/fp16 autocast and several
+GPUs under ``accelerate launch``.
 """
 
 from __future__ import annotations
@@ -361,7 +356,19 @@ def plan_training(
 
 
 def new_history(settings: Settings, accelerator) -> dict[str, Any]:
-    """The history of a run that has not taken a step yet (see ``training.train`` for its keys)."""
+    """The history of a run that has not taken a step yet; :func:`train` fills it in.
+
+    Keys: ``steps`` (``[{"step", "epoch", "loss", "lr", "seconds"}]``), ``epochs`` (``[{"epoch",
+    "train_loss", "masked_tokens", "seconds", ...}]``, callbacks add e.g. ``validation``), ``learning_rate``,
+    ``optimizer_steps``, ``skipped_steps`` (windows whose update fp16 loss scaling skipped, not counted
+    as optimiser steps), ``precision``, ``device``, ``processes``, ``batches_without_masks``. Losses
+    are in nats per masked token: a step's over its window, an epoch's ``train_loss`` over all of its
+    ``masked_tokens`` (the rule of the held-out loss, not a mean of step losses; None for an epoch
+    without a masked token). Seconds are training clock, callbacks excluded. An epoch a callback cut
+    short has ``batches_done``, where its checkpoint resumes. With N processes (``accelerate
+    launch``) each takes every N-th batch: ``optimizer_steps`` per epoch is about batches / N /
+    ``gradient_accumulation_steps``.
+    """
     return {
         "steps": [],
         "epochs": [],
@@ -381,27 +388,16 @@ def new_history(settings: Settings, accelerator) -> dict[str, Any]:
 
 
 def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
-    """Run ``plan`` (from :func:`plan_training`): fine-tune ``plan.model`` in place; return the history.
+    """Run ``plan`` (from :func:`plan_training`): fine-tune ``plan.model`` in place; return its history
+    (:func:`new_history` lists the keys). ``callbacks``: :class:`Callback` objects, any of which may
+    stop training by returning True. The step notebook 03 writes by hand is :func:`training_step`,
+    just below; :func:`train_epoch`, after it, runs one epoch of steps and keeps its record.
 
-    Args:
-        callbacks: :class:`Callback` objects (validation, early stopping, time budgets); any may stop
-            training by returning True.
-    Returns:
-        ``{"steps": [{"step", "epoch", "loss", "lr", "seconds"}], "epochs": [{"epoch", "train_loss",
-        "masked_tokens", "seconds", ...}], "learning_rate", "optimizer_steps", "skipped_steps", "precision",
-        "device", "processes", "batches_without_masks"}`` (losses in nats per masked token: a step's over
-        its window, an epoch's ``train_loss`` over all its masked tokens (``masked_tokens``), the rule of
-        the held-out loss, not a mean of step losses; seconds of training clock, callbacks excluded; an
-        epoch a callback cut short has ``batches_done``, and its checkpoint resumes there; ``train_loss``
-        None for an epoch without a masked token; ``skipped_steps``: windows whose update fp16 loss scaling skipped, not
-        counted as optimiser steps). With N processes (``accelerate launch``), each takes every N-th
-        batch: ``optimizer_steps`` per epoch is about batches / N / ``gradient_accumulation_steps``.
     Raises:
         TrainingDiverged: the loss became NaN/inf (names the step; the last checkpoint is kept).
-        common.OutOfMemory: memory ran out in a step (names the phase, batch size, max_length and
-            what to lower).
+        common.OutOfMemory: memory ran out in a step (names the phase and what to lower).
     """
-    plan.start()
+    plan.start()  # a plan runs once: a second run would go on past the end of its schedule
     for epoch in range(plan.start_epoch, plan.settings.epochs):
         if train_epoch(plan, epoch, callbacks):
             break
@@ -409,6 +405,43 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
         c.on_train_end(plan.model, plan.history)
     plan.model.eval()
     return plan.history
+
+
+def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epoch: int) -> tuple[float, int] | None:
+    """One optimiser step on a window of ``gradient_accumulation_steps`` batches (fewer at an epoch's
+    end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad. A batch's
+    loss is divided by the masked tokens of the whole window on every process, so the step is the one
+    large batch would make; a batch with nothing masked is left out.
+
+    Returns ``(loss in nats per masked token, masked tokens)``, or None when no update was made (nothing
+    masked, or fp16 loss scaling skipped it: counted in ``skipped_steps``). Raises TrainingDiverged
+    (NaN/inf loss) and common.OutOfMemory (naming the phase and :func:`memory_advice`).
+    """
+    accelerator, settings, history = plan.accelerator, plan.settings, plan.history
+    counts = masked_counts(window, accelerator)  # masked tokens of each batch, over every process
+    history["batches_without_masks"] += counts.count(0)  # no forward for them, no loss of 0.0 in the log
+    window, masked, total = [b for b, n in zip(window, counts) if n], sum(counts), 0.0
+    if not window:
+        return None
+    for j, batch in enumerate(window):
+        # only the window's last backward synchronises the processes' gradients
+        sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
+        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
+            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
+            check_finite(loss, history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
+            accelerator.backward(loss * accelerator.num_processes)  # DDP averages the processes' gradients: undo it
+        total += loss.item()
+    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
+        if settings.max_grad_norm > 0:
+            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
+        plan.optimizer.step()
+    plan.scheduler.step()  # accelerate's scheduler does not move when the optimiser skipped its step
+    plan.optimizer.zero_grad()
+    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()
+    if plan.optimizer.step_was_skipped:
+        history["skipped_steps"] = history.get("skipped_steps", 0) + 1  # a checkpoint of an older run lacks it
+        return None
+    return total, masked
 
 
 def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
@@ -438,7 +471,7 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
         history["steps"].append(record)
         bar.set_postfix(loss=f"{loss:.3f}")
         paused = time.perf_counter()
-        stop = any([c.on_step(plan.model, record) for c in callbacks])
+        stop = any([c.on_step(plan.model, record) for c in callbacks])  # a list: every callback is called
         clock += time.perf_counter() - paused  # callbacks are not training time
         if stop:
             break
@@ -450,48 +483,6 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
         record["batches_done"] = done
     history["epochs"].append(record)
     return any([c.on_epoch_end(plan.model, record) for c in callbacks]) or stop
-
-
-def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epoch: int) -> tuple[float, int] | None:
-    """One optimiser step on an accumulation window (``gradient_accumulation_steps`` batches, fewer at
-    an epoch's end): forward and backward on each batch, clip, optimiser and schedule step, zero_grad.
-
-    Each batch's loss is its masked tokens' summed cross-entropy over the masked tokens of the whole
-    window on every process (counted first), so the step is the one large batch would make and every
-    masked token weighs the same. A batch with nothing masked is left out.
-    Returns:
-        ``(loss, masked)``: the window's loss in nats per masked token and its masked tokens (over
-        every process); None when no update was made (nothing masked in the window, or fp16 loss
-        scaling found inf/NaN gradients: counted in ``history["skipped_steps"]``).
-    Raises:
-        TrainingDiverged: the loss is NaN/inf. common.OutOfMemory: in the passes or the optimiser step
-            (names the phase and :func:`memory_advice`).
-    """
-    accelerator, settings, history = plan.accelerator, plan.settings, plan.history
-    counts = masked_counts(window, accelerator)  # masked tokens of each batch, over every process
-    history["batches_without_masks"] += counts.count(0)  # no forward for them, no loss of 0.0 in the log
-    window, masked, total = [b for b, n in zip(window, counts) if n], sum(counts), 0.0
-    if not window:
-        return None
-    for j, batch in enumerate(window):
-        # only the window's last backward synchronises the processes' gradients
-        sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
-        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
-            loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
-            check_finite(loss, history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
-            accelerator.backward(loss * accelerator.num_processes)  # DDP averages the processes' gradients: undo it
-        total += loss.item()
-    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
-        if settings.max_grad_norm > 0:
-            accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
-        plan.optimizer.step()
-    plan.scheduler.step()  # accelerate's scheduler does not move when the optimiser skipped its step
-    plan.optimizer.zero_grad()
-    total = accelerator.reduce(torch.tensor(total, dtype=torch.float64, device=accelerator.device), "sum").item()
-    if plan.optimizer.step_was_skipped:
-        history["skipped_steps"] = history.get("skipped_steps", 0) + 1  # a checkpoint of an older run lacks it
-        return None
-    return total, masked
 
 
 def windows(batches, size: int, start: int):
