@@ -139,7 +139,8 @@ def check_before_loading(
 
 
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
-    """Say what was loaded: the slice, the rows kept and held out, a new head."""
+    """Say what was loaded: the slice, the rows kept and held out, a new head, what truncation dropped and
+    the rows that open inside a word longer than a row."""
     if note := prep.report.slice_note():
         log(note)
     log(
@@ -159,6 +160,11 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         log(
             f"note: {cut} row(s) longer than max_length {prep.settings.max_length} lost "
             f"{prep.truncated['tokens_dropped']} tokens to truncation; split_long_rows keeps them as extra rows"
+        )
+    if cut := prep.truncated["words_cut"]:  # a word longer than a row: its leading pieces open the next row
+        log(
+            f"note: {cut} row(s) open inside a word of more than max_length - 2 = {prep.settings.max_length - 2} "
+            "pieces; whole-word masking reads their leading pieces as a word of their own"
         )
 
 
