@@ -129,7 +129,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
             f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
             f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
         )
-    settings = resolve_auto(settings, loaded.head_newly_initialised)
+    settings = resolve_auto(settings, loaded.head_newly_initialised, loaded.name)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
         settings,

@@ -22,16 +22,19 @@ SETTING_HELP = {
     "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
     "text_column": "column holding the text",
     "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
-    "epochs": "passes over the training rows (unset in the quick profile: 3 for a pretrained MLM head, 8 for a new one)",
+    "epochs": "passes over the training rows; auto: the model's (12 for hp_mlm:minilm-l6), else 3 for a pretrained "
+    "MLM head, 8 for a new one",
     "batch_size": "rows per batch",
-    "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
+    "learning_rate": "peak learning rate; auto: the model's (5e-4 for hp_mlm:minilm-l6), else 5e-5 for a pretrained "
+    "MLM head, 5e-4 for a new one; 1e-5 in the original recipe",
     "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
     "mlm_probability": "fraction of tokens masked, in (0, 1)",
     "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
     "seed": "random seed for split, shuffling, masks and dropout",
     "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
     "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
-    "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
+    "schedule": "auto: the model's (constant for hp_mlm:minilm-l6), else linear decay for a pretrained MLM head, "
+    "constant for a new one; after warmup",
     "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
     "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
     "padding": "batch: each batch to its longest row; pack: training rows joined and cut into blocks of max_length "
