@@ -210,6 +210,35 @@ class Stop(Exception):
     """Raised by a stand-in to end a run once what the test needs has happened."""
 
 
+def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, monkeypatch, capsys):
+    """``--lr auto`` was refused by the parser ("invalid float value"); now it leaves the rate to the model,
+    over the profile's value (the smoke profile sets 3e-3 and 40 epochs for its tiny BERT)."""
+    import hp_mlm.ops.job
+
+    seen = []
+
+    def stand_in(settings, **_):
+        seen.append(settings)
+        raise Stop
+
+    monkeypatch.setattr(hp_mlm.ops.job, "run_job", stand_in)
+    argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
+    main([*argv, "--lr", "auto", "--epochs", "AUTO"])
+    main([*argv, "--lr", "2e-4", "--epochs", "3", "--schedule", "auto"])
+    main(argv)
+    assert [(s.learning_rate, s.epochs, s.schedule) for s in seen] == [
+        (None, None, "auto"),
+        (2e-4, 3, "auto"),
+        (3e-3, 40, "auto"),
+    ]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal: one line, exit status 2
+        main([*argv, "--lr", "fast"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--lr: invalid float value: 'fast'" in err[0]
+
+
 def test_the_log_says_where_auto_took_the_rate_schedule_and_epochs_from_for_each_kind_of_model(tmp_path):
     """A new head (the smoke BERT) and a pretrained one (the smoke BERT saved with its head) in the quick
     profile: each line names the values and their source."""

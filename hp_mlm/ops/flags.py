@@ -8,8 +8,9 @@ Only the command line speaks of flags; step modules name the setting (``batch_si
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
+from typing import Any
 
 from hp_mlm.common import PRECISIONS
 from hp_mlm.config import Settings, get_settings
@@ -96,7 +97,7 @@ def _add_setting_flags(
             f.name
         ] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
-        kind = {"int": int, "int | None": int, "float": float, "float | None": float}.get(f.type, str)
+        kind = {"int": int, "int | None": or_auto(int), "float": float, "float | None": or_auto(float)}.get(f.type, str)
         if f.type == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
@@ -115,6 +116,17 @@ def _add_setting_flags(
         help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
         "downloads); default $HP_MLM_PROFILE or full",
     )
+
+
+def or_auto(kind: type) -> Callable[[str], Any]:
+    """A flag's type for a setting that may be left to the model (``--lr auto``, ``--epochs auto``): the
+    word ``auto`` as itself (``cli`` then sets the setting to None, over the profile's value), else ``kind``."""
+
+    def read(text: str) -> Any:
+        return "auto" if text.strip().lower() == "auto" else kind(text)
+
+    read.__name__ = kind.__name__  # argparse names it in "invalid float value"
+    return read
 
 
 def build_parser() -> argparse.ArgumentParser:
