@@ -120,7 +120,7 @@ def length_limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_lengt
     """Tokens per input at most: the smallest of ``max_length`` (if given), the model's usable positions
     (``models.model_max_positions``: 512 for BERT and for RoBERTa's 514) and the tokenizer's
     ``model_max_length``, which counts only below a million (a tokenizer saved without one says 1e30,
-    meaning unset, as vLLM reads it too)."""
+    meaning unset)."""
     limits = (max_length, model_max_positions(model), tokenizer.model_max_length)
     return min([n for n in limits if n is not None and n < 10**6] or [10**9])
 
