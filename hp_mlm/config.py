@@ -16,12 +16,12 @@ from typing import Any
 
 from .common import PRECISIONS, resolve_precision
 from .profiles import (
-    AUTO_EPOCHS,
+    AUTO_SETTINGS,
+    HEAD_AUTO,
     MASKING_STRATEGIES,
-    NEW_HEAD,
+    MODEL_AUTO,
     ORIGINAL_RECIPE,
     PADDINGS,
-    PRETRAINED_HEAD,
     PROFILE_OVERRIDES,
     PROFILES,
     RECIPES,
@@ -59,13 +59,14 @@ class Settings:
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
         epochs: passes over the training rows (at most: see ``early_stopping_patience`` and
-            ``time_budget_minutes``); ``None`` means "auto": ``profiles.AUTO_EPOCHS`` by head kind.
+            ``time_budget_minutes``); ``None`` means "auto": the model's (:func:`auto_defaults`: 12 for
+            ``hp_mlm:minilm-l6``, else 3 for a pretrained MLM head and 8 for a new one).
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
         time_budget_minutes: stop at the first optimiser step past this many minutes of training clock,
             checkpoint, evaluate and save; ``resume`` continues (``0``: no limit; ``HP_MLM_TIME_BUDGET``).
-        learning_rate: peak AdamW learning rate; ``None`` means "auto": ``PRETRAINED_HEAD``'s
-            5e-5 when the model's MLM head was pretrained, ``NEW_HEAD``'s rate when it is new.
+        learning_rate: peak AdamW learning rate; ``None`` means "auto": the model's (:func:`auto_defaults`:
+            5e-4 for ``hp_mlm:minilm-l6`` and for a new MLM head, 5e-5 for a pretrained one).
         precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
             else fp32), ``fp32``, ``bf16`` or ``fp16`` (GPU only); training and evaluation alike.
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm.
@@ -81,7 +82,7 @@ class Settings:
         recipe: ``"course"`` (this course) or ``"original"`` (the original tutorial, reproduced:
             sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
         schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
-            flat) or ``"auto"`` (linear for a pretrained head, ``NEW_HEAD``'s for a new one).
+            flat) or ``"auto"`` (the model's: :func:`auto_defaults`; linear for a pretrained head).
         padding: ``"batch"`` (each batch to its longest row), ``"pack"`` (rows joined, cut into blocks at
             word starts: ``tokens.pack_rows``) or ``"dataset"`` (every row to the longest: the original's).
         mask_once: draw each training row's masks once, before training (the original tutorial's
@@ -107,7 +108,7 @@ class Settings:
     entity_min_count: int = 3
     batch_size: int = 16
     gradient_accumulation_steps: int = 1
-    epochs: int | None = 3
+    epochs: int | None = None
     early_stopping_patience: int = 0
     time_budget_minutes: float = 0.0
     learning_rate: float | None = None
@@ -276,25 +277,31 @@ def course_path(relative: str, cwd: str | None = None) -> str:
     return relative
 
 
-def resolve_auto(settings: Settings, head_newly_initialised: bool) -> Settings:
+def resolve_auto(settings: Settings, head_newly_initialised: bool, model: str | None = None) -> Settings:
     """Settings with ``learning_rate``, ``schedule``, ``epochs`` and ``precision`` made concrete for this model
     and machine: the one place where ``auto`` is settled (``prepare.prepare`` calls it once).
 
-    Unset (``None`` / ``"auto"``) rates and schedules become ``NEW_HEAD``'s when the checkpoint's MLM
-    head is new (it starts random and needs a higher, held rate: see benchmarks/new_head_study.py),
-    else ``PRETRAINED_HEAD``'s (the standard fine-tuning defaults); ``precision="auto"`` becomes the
-    device's (``common.resolve_precision``). Explicit values are kept.
+    Unset (``None`` / ``"auto"``) rates, schedules and epochs follow the model, whatever the profile
+    (:func:`auto_defaults`); ``precision="auto"`` becomes the device's (``common.resolve_precision``).
+    Explicit values are kept.
 
+    Args:
+        model: the model loaded (default ``settings.model``), as its id, path or package name.
     Raises:
         ValueError: the precision cannot run here (fp16 without a GPU).
     """
-    defaults = NEW_HEAD if head_newly_initialised else PRETRAINED_HEAD
-    return dataclasses.replace(
-        settings,
-        learning_rate=defaults["learning_rate"] if settings.learning_rate is None else settings.learning_rate,
-        schedule=defaults["schedule"] if settings.schedule == "auto" else settings.schedule,
-        epochs=AUTO_EPOCHS["new" if head_newly_initialised else "pretrained"]
-        if settings.epochs is None
-        else settings.epochs,
-        precision=resolve_precision(settings.precision),
-    )
+    defaults = auto_defaults(model or settings.model, head_newly_initialised)
+    unset = {name: defaults[name] for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")}
+    return dataclasses.replace(settings, **unset, precision=resolve_precision(settings.precision))
+
+
+def auto_defaults(model: str, head_newly_initialised: bool) -> dict[str, Any]:
+    """What ``auto`` becomes for ``model``: ``{"learning_rate", "schedule", "epochs", "source"}``.
+
+    The model's own entry when a study measured it (``profiles.MODEL_AUTO``: the offline MiniLM with
+    its stock head gets 5e-4 held after warmup and 12 epochs), else by the kind of MLM head
+    (``profiles.HEAD_AUTO``): a new, random head needs a higher, held rate (``NEW_HEAD``: see
+    benchmarks/new_head_study.py) and more epochs than a pretrained one (``PRETRAINED_HEAD``, the
+    standard fine-tuning defaults). ``source`` says where the values come from.
+    """
+    return MODEL_AUTO.get(model) or HEAD_AUTO["new" if head_newly_initialised else "pretrained"]

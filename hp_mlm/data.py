@@ -1,8 +1,8 @@
 """Rows of text: load a corpus (Hub id or local path), clean it, hold out validation rows, find its names.
 
 Taught in ``notebooks/01_tokenising.ipynb``. Loading goes through ``datasets``; split strings such
-as ``train[:10%]`` are parsed here and applied with exact, documented rounding, the same way for
-Hub and local data. The names of people, places and things in a corpus (for entity masking and
+as ``train[:10%]`` are parsed here and counted as ``datasets`` counts them (a percentage to the
+nearest row, exact halves to the even row), the same way for Hub and local data. The names of people, places and things in a corpus (for entity masking and
 per-kind metrics, notebook 05) are found offline from capitalisation (:func:`find_entities`), or
 with a spaCy model when one is installed (:func:`find_entities_spacy`).
 """
@@ -87,14 +87,16 @@ def parse_split(split: str) -> tuple[str, str | None, str | None]:
     return m.group("name"), m.group("start").strip(), m.group("stop").strip()
 
 
-def _bound(text: str, n: int, split: str) -> int | None:
-    """One slice bound as a row index: ``""`` -> None, ``"10%"`` -> round(n * 0.10), ``"-3"`` -> n - 3."""
-    if text == "":
+def _bound(text: str | None, n: int, split: str) -> int | None:
+    """One slice bound as a row index: ``None`` or ``""`` -> None, ``"10%"`` -> ``int(round(10 * n / 100))``
+    (as ``datasets.arrow_reader._pct_to_abs_closest``: Python's ``round``, exact halves to the even
+    row, so 10% of 25 rows is 2 and of 45 rows 4), ``"-3"`` -> n - 3."""
+    if not text:
         return None
     try:
         if text.endswith("%"):
             value = float(text[:-1])
-            rows = int(math.floor(abs(value) * n / 100 + 0.5))  # round half up, as a person would
+            rows = int(round(abs(value) * n / 100))  # datasets rounds the signed value: the same, halves to even
             return n - rows if value < 0 or text.startswith("-") else rows
         value_int = int(text)
     except ValueError:
@@ -105,23 +107,23 @@ def _bound(text: str, n: int, split: str) -> int | None:
 def slice_indices(split: str, n_rows: int) -> range:
     """Row indices that ``split``'s slice selects from a split of ``n_rows`` rows.
 
-    Percentages are rounded to the nearest row (half up) *before* negative bounds are taken from
-    the end, so ``train[-10%:]`` of 30 rows is the last 3 rows, and ``train[-1%:]`` is empty
-    (never the whole split).
+    The rows ``datasets.load_dataset(..., split=split)`` gives for the same string: a percentage
+    becomes the nearest whole row with Python's ``round`` (exact halves to the even row: ``train[:10%]``
+    of 25 rows is 2 rows, of 45 rows 4, ``train[10%:20%]`` of 25 rows is rows 2-4) *before* a negative
+    bound is taken from the end, so ``train[-10%:]`` of 30 rows is the last 3 rows. Where ``datasets``
+    gives nothing (``train[:10%]`` of 5 rows) this refuses too; ``train[-1%:]`` of 30 rows is refused
+    as empty, where ``datasets`` reads -0 as the start and returns the whole split.
 
     Raises:
-        ValueError: the slice selects no rows.
+        ValueError: the slice selects no rows (one line: what to ask for instead).
     """
     _, start, stop = parse_split(split)
-    if start is None:
-        selected = range(n_rows)
-    else:
-        a, b = _bound(start, n_rows, split), _bound(stop, n_rows, split)
-        selected = range(n_rows)[slice(a, b)]
+    selected = range(n_rows)[_bound(start, n_rows, split) : _bound(stop, n_rows, split)]
     if len(selected) == 0:
         raise ValueError(
-            f"split {split!r} selects no rows of the {n_rows} available; ask for a larger slice "
-            "(e.g. 'train[:10%]' needs at least 5 rows to hold one)"
+            f"split {split!r} selects no rows of the {n_rows} available (a percentage is rounded to whole rows "
+            "as datasets rounds it, halves to even: 10% of 5 rows is none); ask for a larger slice or a number "
+            "of rows, e.g. 'train[:2]'"
         )
     return selected
 

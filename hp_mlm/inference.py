@@ -64,17 +64,15 @@ def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, 
             )
         text = with_mask_token(sentence, tokenizer)
         full = tokenizer(text, truncation=False)["input_ids"]
-        n_masks = sum(1 for t in full if t == tokenizer.mask_token_id)
-        if n_masks == 0:
+        if tokenizer.mask_token_id not in full:
             raise ValueError(
                 f"sentence {i} has no mask token: {sentence!r}. Write {tokenizer.mask_token} "
                 f"(this tokenizer's mask token) where the missing word goes."
             )
-        kept = tokenizer(text, truncation=True, max_length=limit)["input_ids"]
-        if sum(1 for t in kept if t == tokenizer.mask_token_id) < n_masks:
+        if tokenizer.mask_token_id in full[limit - 1 :]:  # truncation keeps limit - 1 tokens and the last
             raise ValueError(
                 f"sentence {i} is {len(full)} tokens long and a {tokenizer.mask_token} falls after the "
-                f"max_length={limit} token limit; shorten the sentence or move the mask earlier."
+                f"{limit}-token limit; shorten the sentence or move the mask earlier."
             )
         texts.append(text)
     return texts
@@ -100,7 +98,8 @@ def fill_mask(
         sentences: one string or a list of strings, each with at least one mask token.
         top_k: candidates per mask, 1 to the model's vocabulary size. With ``targets``, at most
             ``min(top_k, number of distinct targets)`` come back, as in the pipeline.
-        max_length: tokens per sentence after truncation; default the tokenizer's/model's limit.
+        max_length: tokens per sentence after truncation; never more than the model's usable positions
+            (``scoring.length_limit``: 512 for BERT and RoBERTa), which is the default.
         targets: optional words to score instead of the whole vocabulary (see :func:`target_words`).
             A one-piece target keeps its probability in the softmax over the *whole* vocabulary, so
             scores can sum to less than 1 (``pipeline("fill-mask")(..., targets=...)`` gives the same);
@@ -116,13 +115,12 @@ def fill_mask(
         for a word of several pieces.
     Raises:
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
-            shows the tokenizer's mask token); a mask that truncation at ``max_length`` would cut
+            shows the tokenizer's mask token); a mask that truncation at that limit would cut
             off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`);
             both ``targets`` and ``whole_words``.
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
-    if isinstance(sentences, str):
-        sentences = [sentences]
+    sentences = [sentences] if isinstance(sentences, str) else sentences
     if len(sentences) == 0:
         raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
     config = getattr(model, "config", None)

@@ -271,5 +271,14 @@ def _in_hf_cache(name: str, needs: tuple[tuple[str, ...], ...] = (("config.json"
 
 
 def model_max_positions(model: PreTrainedModel) -> int | None:
-    """The model's position-embedding limit in tokens (512 for BERT), or None if it has none."""
-    return getattr(model.config, "max_position_embeddings", None)
+    """Tokens one input may hold for this model (``[CLS]``/``[SEP]`` included), or None if it says no limit.
+
+    ``config.max_position_embeddings`` (512 for BERT), less the padding offset of a model whose position
+    table keeps one (RoBERTa and its family count positions from ``pad_token_id + 1``: 514 rows, 512
+    usable; ``RobertaEmbeddings.create_position_ids_from_input_ids``). The tokenizer's
+    ``model_max_length`` is not asked: a tokenizer saved without one reports 1e30.
+    """
+    positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
+    offset = getattr(getattr(embeddings, "position_embeddings", None), "padding_idx", None)
+    return positions if positions is None or offset is None else positions - offset - 1

@@ -20,7 +20,7 @@ from .data import CorpusReport, find_entities, load_corpus, train_validation_spl
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
-from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation
+from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation, words_cut
 
 
 @dataclass
@@ -39,9 +39,10 @@ class Prepared:
         entities: entity words found in the training rows (``data.find_entities``); their
             pieces are marked in the tokenised rows' ``entity_mask``.
         seconds: wall time of each phase: ``{"load", "tokenise"}``.
-        truncated: ``{"rows_cut", "tokens_dropped"}``: what truncation at ``max_length`` dropped
-            from the training and held-out rows (zeros with ``split_long_rows``; packed training rows
-            lose nothing).
+        truncated: ``{"rows_cut", "tokens_dropped", "words_cut"}``: what truncation at ``max_length``
+            dropped from the training and held-out rows (zeros with ``split_long_rows``; packed training
+            rows lose nothing), and the rows that open inside a word longer than a row (``tokens.words_cut``:
+            only split or packed rows can).
         batches: the training data as batched: ``{"rows"`` (training rows, or blocks when packed),
             ``"tokens"`` (real tokens, special tokens included), ``"padding_share"`` (fraction in [0, 1]
             of the first epoch's batch positions that are padding)``}``.
@@ -57,7 +58,7 @@ class Prepared:
     frozen_validation: list[dict[str, list[int]]]
     entities: list[str]
     seconds: dict[str, float] = field(default_factory=dict)
-    truncated: dict[str, int] = field(default_factory=lambda: {"rows_cut": 0, "tokens_dropped": 0})
+    truncated: dict[str, int] = field(default_factory=lambda: {"rows_cut": 0, "tokens_dropped": 0, "words_cut": 0})
     batches: dict[str, float] = field(default_factory=dict)
 
 
@@ -128,7 +129,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
             f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
             f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
         )
-    settings = resolve_auto(settings, loaded.head_newly_initialised)
+    settings = resolve_auto(settings, loaded.head_newly_initialised, loaded.name)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
         settings,
@@ -141,7 +142,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         frozen,
         entities,
         seconds,
-        {"rows_cut": 0, "tokens_dropped": 0} if settings.split_long_rows else _truncated(settings, tok, parts),
+        _truncated(settings, tok, parts, (train_tokens, validation_tokens)),
         batches_of(train_tokens["length"], settings),
     )
 
@@ -168,13 +169,16 @@ def batches_of(lengths: list[int], settings: Settings) -> dict[str, float]:
     return {"rows": len(lengths), "tokens": sum(lengths), "padding_share": share}
 
 
-def _truncated(settings: Settings, tokenizer, parts) -> dict[str, int]:
+def _truncated(settings: Settings, tokenizer, parts, tokenised: tuple[Dataset, ...]) -> dict[str, int]:
     """What truncation dropped: only a row that came out exactly ``max_length`` long can have been
-    cut, so only those rows are tokenised again, in full (``tokens.truncation``)."""
+    cut (and none with ``split_long_rows``), so only those rows are tokenised again, in full
+    (``tokens.truncation``); and ``words_cut``, the ``tokenised`` rows that open inside a word."""
     full = [
         text
         for rows, tokens in parts
         for text, length in zip(rows[settings.text_column], tokens["length"])
-        if length == settings.max_length
+        if length == settings.max_length and not settings.split_long_rows
     ]
-    return truncation(full, tokenizer, settings.max_length)
+    split = settings.split_long_rows or settings.padding == "pack"  # rows cut anywhere but at their end
+    cut = sum(words_cut(rows, tokenizer) for rows in tokenised) if split else 0
+    return {**truncation(full, tokenizer, settings.max_length), "words_cut": cut}

@@ -53,10 +53,10 @@ ORIGINAL_RECIPE: dict[str, Any] = {
     "masked_positions_only": False,
     "precision": "fp32",
 }
+#: The settings a run may leave on ``auto`` for the model to settle (``config.resolve_auto``), by this table's keys.
+AUTO_SETTINGS = ("learning_rate", "schedule", "epochs")
 #: Defaults for a checkpoint whose MLM head is new (random), chosen by benchmarks/new_head_study.py.
 NEW_HEAD = {"learning_rate": 5e-4, "schedule": "constant"}
-#: The offline MiniLM with its stock head, chosen by ``benchmarks/new_head_study.py --head stock``.
-STOCK_HEAD = {"learning_rate": 5e-4, "schedule": "constant"}
 #: Standard fine-tuning defaults for a pretrained MLM head (Devlin et al. 2019; run_mlm_no_trainer).
 PRETRAINED_HEAD = {"learning_rate": 5e-5, "schedule": "linear"}
 
@@ -66,18 +66,35 @@ PRETRAINED_HEAD = {"learning_rate": 5e-5, "schedule": "linear"}
 #: profile's, benchmarks/results/main_job_quick.md). At bert-base size on 2 CPU cores in bf16 the whole quick job
 #: with 3 epochs took 269 s (benchmarks/results/bert_base_cpu.md), well within a 15-minute workshop slot.
 AUTO_EPOCHS = {"new": 8, "pretrained": 3}
+#: ``auto`` by the kind of MLM head, for a model without an entry in ``MODEL_AUTO``: the values and their
+#: source (the main job's log names it).
+HEAD_AUTO = {
+    "new": {**NEW_HEAD, "epochs": AUTO_EPOCHS["new"], "source": "benchmarks/results/new_head_study.md"},
+    "pretrained": {**PRETRAINED_HEAD, "epochs": AUTO_EPOCHS["pretrained"], "source": "Devlin et al. 2019"},
+}
+#: ``auto`` for a model measured on its own: its entry, in every profile, whatever kind of head it has.
+#: The offline MiniLM with its stock head: 5e-4 held after warmup beat 5e-5 with decay (the pretrained-head
+#: default) by 8 points of held-out top-1 over 3 seeds (benchmarks/results/stock_head_study.md, 23.6% against
+#: 15.3%); 12 epochs, not 4, for the names of several pieces: over 3 seeds 12 of 15 multi-piece probes or more
+#: ranked first of their candidates, against 4 of 15 after 4 epochs, and held-out top-1 43-47% against 29%
+#: (benchmarks/results/whole_word_names_offline.md); 160 s for the whole offline job on 2 CPU cores.
+MODEL_AUTO: dict[str, dict[str, Any]] = {
+    OFFLINE_MODEL: dict(
+        learning_rate=5e-4, schedule="constant", epochs=12, source="benchmarks/results/stock_head_study.md"
+    )
+}
 
 
 #: What each profile changes relative to the ``full`` defaults.
 PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
     # The course as published: bert-base-uncased on 10% of the Harry Potter rows.
     "full": {},
-    # A CPU laptop in a workshop: 600 rows of up to 128 tokens; epochs by head (AUTO_EPOCHS): 3 for
-    # bert-base-uncased's pretrained head, 8 for a new one (MiniLM-L6's random head: 209 s on 2 cores in bf16).
+    # A CPU laptop in a workshop: 600 rows of up to 128 tokens; epochs on auto, as in every profile but smoke: 3
+    # for bert-base-uncased's pretrained head, 8 for a new one (MiniLM-L6's random head: 209 s on 2 cores in
+    # bf16), 12 for hp_mlm:minilm-l6 (MODEL_AUTO).
     "quick": {
         "split": "train[:600]",
         "max_length": 128,
-        "epochs": None,
         "max_validation_rows": 100,
         "checkpoint_every": 0,
         "output_dir": "outputs/quick",
@@ -88,13 +105,7 @@ PROFILE_OVERRIDES: dict[str, dict[str, Any]] = {
         "dataset": COURSE_DATASET,
         "split": "train",
         "max_length": 128,
-        # 12 epochs, not 4: the names of several pieces need them. Over 3 seeds, 12 of 15 multi-piece
-        # probes or more ranked first of their candidates, against 4 of 15 after 4 epochs, and held-out
-        # top-1 43-47% against 29% (benchmarks/results/whole_word_names.md); 160 s for the whole job
-        "epochs": 12,
-        # MiniLM with its stock head: 5e-4 held after warmup beat 5e-5 with decay (the pretrained-head default)
-        # by 8 points of held-out top-1 over 3 seeds (benchmarks/results/stock_head_study.md)
-        **STOCK_HEAD,
+        # the rate, schedule and epochs stay on auto: the model's entry (MODEL_AUTO) holds them, in every profile
         "max_validation_rows": 100,
         "checkpoint_every": 0,
         "output_dir": "outputs/offline",

@@ -29,6 +29,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, mlm_logits, model_device, out_of_memory_in
+from .models import model_max_positions
 from .tokens import continuation_table, pad_batch, replacement_ids, wordlike_table
 
 
@@ -116,10 +117,12 @@ def log_probs_at(
 
 
 def length_limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_length: int | None = None) -> int:
-    """Tokens per input at most: ``max_length`` if given, else the smaller of the tokenizer's and the
-    model's limits (BERT: 512)."""
-    config = getattr(model, "config", None)
-    return max_length or min(tokenizer.model_max_length, getattr(config, "max_position_embeddings", 10**9))
+    """Tokens per input at most: the smallest of ``max_length`` (if given), the model's usable positions
+    (``models.model_max_positions``: 512 for BERT and for RoBERTa's 514) and the tokenizer's
+    ``model_max_length``, which counts only below a million (a tokenizer saved without one says 1e30,
+    meaning unset)."""
+    limits = (max_length, model_max_positions(model), tokenizer.model_max_length)
+    return min([n for n in limits if n is not None and n < 10**6] or [10**9])
 
 
 def score_words(

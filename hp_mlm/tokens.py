@@ -195,6 +195,14 @@ def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_len
     return {"rows_cut": len(over), "tokens_dropped": sum(over)}
 
 
+def words_cut(rows: Dataset, tokenizer: PreTrainedTokenizerBase) -> int:
+    """Rows that open inside a word: a ``##`` piece right after ``[CLS]``, where a word with more pieces than
+    fit in a row was cut (:func:`word_cuts`, with ``split_long_rows`` or packing). Whole-word masking reads
+    such a row's leading pieces as a word of their own (:func:`word_start_index`)."""
+    table = continuation_table(tokenizer)
+    return sum(len(ids) > 2 and bool(table[ids[1]]) for ids in rows["input_ids"])
+
+
 def entity_piece_mask(
     text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset
 ) -> list[int]:
@@ -346,13 +354,17 @@ def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
 def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     """For every position, the position where its word starts (itself, unless it is a ``##`` piece).
 
+    A ``##`` piece right after a special token starts a word of its own: a row that opens inside a word
+    (a word with more pieces than fit in a row, cut where it must be: :func:`word_cuts`) has its
+    leading pieces read as one word, never as part of ``[CLS]``.
+
     Args:
         input_ids: LongTensor[batch, seq_len] of original (unmasked) ids.
     Returns:
         LongTensor[batch, seq_len].
     """
-    table = continuation_table(tokenizer)
-    cont = table[input_ids.clamp(0, len(table) - 1)]
+    ids = input_ids.clamp(0, len(tokenizer) - 1)
+    cont = continuation_table(tokenizer)[ids] & ~torch.isin(ids.roll(1, 1), torch.tensor(tokenizer.all_special_ids))
     positions = torch.arange(input_ids.shape[1]).expand_as(input_ids)
     return torch.cummax(torch.where(cont, torch.zeros_like(positions), positions), dim=1).values
 

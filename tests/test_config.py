@@ -15,7 +15,10 @@ def test_defaults_are_the_course_real_job():
         "train[:10%]",
         "text",
     )
-    assert (s.max_length, s.mlm_probability, s.batch_size, s.epochs) == (512, 0.15, 16, 3)
+    assert (s.max_length, s.mlm_probability, s.batch_size, s.epochs) == (512, 0.15, 16, None)
+    from hp_mlm.config import resolve_auto
+
+    assert resolve_auto(s, head_newly_initialised=False).epochs == 3  # bert-base-uncased's pretrained head
     assert 0 < s.validation_fraction < 1
 
 
@@ -174,3 +177,32 @@ def test_every_numeric_setting_is_read_as_a_number_from_its_flag():
     args = build_parser().parse_args(argv)
     for name, kind in numeric.items():
         assert type(getattr(args, name)).__name__ == kind.split(" |")[0], name
+
+
+# auto follows the model, not the profile ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("profile", ["full", "quick", "offline"])
+def test_auto_follows_the_model_in_every_profile(profile):
+    """The offline MiniLM with its stock head gets the rate, schedule and epochs measured for it (5e-4 held
+    after warmup, 12 epochs) whatever the profile: the quick profile gave it 5e-5 with linear decay and 3
+    epochs, the rule for a strong pretrained head. A pretrained head (bert-base-uncased) keeps that rule and
+    a new head its own, in every profile; values set by hand stay."""
+    from hp_mlm.config import auto_defaults, resolve_auto
+    from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
+
+    base = get_settings(profile, environ={})
+    assert (base.learning_rate, base.schedule, base.epochs) == (None, "auto", None)
+
+    def resolved(model, new_head):
+        s = resolve_auto(base.replace(model=model), head_newly_initialised=new_head)
+        return s.learning_rate, s.schedule, s.epochs
+
+    assert resolved(OFFLINE_MODEL, False) == (5e-4, "constant", 12)
+    assert resolved("bert-base-uncased", False) == (5e-5, "linear", 3)
+    assert resolved(RANDOM_HEAD_MODEL, True) == (5e-4, "constant", 8)
+    assert auto_defaults(OFFLINE_MODEL, False)["source"] == "benchmarks/results/stock_head_study.md"
+    chosen = resolve_auto(base.replace(model=OFFLINE_MODEL, learning_rate=1e-4, epochs=2), False)
+    assert (chosen.learning_rate, chosen.schedule, chosen.epochs) == (1e-4, "constant", 2)
+    loaded_as = resolve_auto(base, head_newly_initialised=False, model=OFFLINE_MODEL)  # the model prepare loaded
+    assert (loaded_as.learning_rate, loaded_as.epochs) == (5e-4, 12)

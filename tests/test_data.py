@@ -95,6 +95,56 @@ def test_slice_that_selects_nothing_is_refused_never_the_whole_split(split):
         slice_indices(split, 30)
 
 
+#: Percent slices at exact halves, and what ``datasets`` 5.2 gives for them (its
+#: ``arrow_reader._pct_to_abs_closest`` is ``int(round(pct * n / 100))``: a half goes to the even row).
+HALVES = [
+    ("train[:10%]", 25, range(0, 2)),  # 2.5 rows -> 2 (half up would give 3)
+    ("train[:10%]", 45, range(0, 4)),  # 4.5 -> 4 (half up: 5)
+    ("train[10%:20%]", 25, range(2, 5)),  # 2.5 -> 2 and 5.0 -> 5: rows 2-4 (half up: rows 3-4)
+    ("train[:50%]", 5, range(0, 2)),  # 2.5 -> 2 (half up: 3)
+    ("train[-10%:]", 25, range(23, 25)),  # -2.5 -> -2: the last 2 rows
+]
+
+
+@pytest.mark.parametrize("split, n_rows, expected", HALVES)
+def test_percent_slices_send_exact_halves_to_the_even_row_as_datasets_does(split, n_rows, expected):
+    assert slice_indices(split, n_rows) == expected
+
+
+def test_a_percent_slice_rounded_to_no_row_is_refused_in_one_line_saying_what_to_ask():
+    """10% of 5 rows is half a row, which rounds to none (``datasets`` raises "corresponds to no data")."""
+    with pytest.raises(ValueError) as caught:
+        slice_indices("train[:10%]", 5)
+    message = str(caught.value)
+    assert "\n" not in message and "selects no rows of the 5 available" in message and "'train[:2]'" in message
+
+
+@pytest.mark.parametrize("split, n_rows, expected", [*HALVES, ("train[:10%]", 5, None)])
+def test_slices_select_the_rows_load_dataset_selects_for_the_same_string(tmp_path, split, n_rows, expected):
+    """The installed ``datasets`` on a text file of ``n_rows`` lines, against ``load_corpus`` on the same rows
+    saved with ``save_to_disk`` and on the text file itself."""
+    from datasets import load_dataset
+
+    texts = [str(i) for i in range(n_rows)]
+    (tmp_path / "rows.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"))
+
+    def theirs():
+        files = {"train": str(tmp_path / "rows.txt")}
+        return load_dataset("text", data_files=files, split=split, cache_dir=str(tmp_path / "cache"))["text"]
+
+    if expected is None:
+        with pytest.raises(ValueError, match="corresponds to no data"):
+            theirs()
+        for source in ("saved", "rows.txt"):
+            with pytest.raises(ValueError, match="selects no rows"):
+                load_corpus(str(tmp_path / source), split)
+        return
+    assert theirs() == [texts[i] for i in expected]
+    for source in ("saved", "rows.txt"):
+        assert load_corpus(str(tmp_path / source), split)[0]["text"] == [texts[i] for i in expected]
+
+
 def test_malformed_split_is_refused():
     with pytest.raises(ValueError, match="not of the form"):
         slice_indices("train[:10%", 30)

@@ -144,7 +144,7 @@ def test_other_mask_spelling_is_read_as_the_tokenizers(smoke_tokenizer, smoke_mo
 def test_long_sentences_mask_inside_the_window_works_outside_is_refused(smoke_tokenizer, smoke_model):
     result = fill_mask(smoke_model, smoke_tokenizer, ["[MASK] " + "the " * 600], top_k=2)
     assert len(result[0]) == 1
-    with pytest.raises(ValueError, match="max_length=128"):
+    with pytest.raises(ValueError, match="128-token limit"):
         fill_mask(smoke_model, smoke_tokenizer, ["the " * 600 + "[MASK]."])
 
 
@@ -181,3 +181,119 @@ def test_probes_are_scored_against_normalised_answers(tmp_path, smoke_tokenizer,
     (tmp_path / "bad.jsonl").write_text('{"text": "x"}\n', encoding="utf-8")
     with pytest.raises(ValueError, match="bad.jsonl:1"):
         load_probes(tmp_path / "bad.jsonl")
+
+
+# Position limits from the model: a tokenizer without a length (1e30), RoBERTa's padding offset -----------
+
+
+def unset_length_tokenizer():
+    """The smoke vocabulary as a tokenizer saved without ``model_max_length`` (it then reports 1e30)."""
+    from transformers import BertTokenizerFast
+
+    from hp_mlm.models import smoke_vocab_path
+
+    tokens = [t for t in smoke_vocab_path().read_text(encoding="utf-8").split("\n") if t]
+    return BertTokenizerFast(vocab={token: i for i, token in enumerate(tokens)}, do_lower_case=True)
+
+
+def roberta_style(folder):
+    """A tiny RoBERTa (514 positions, padding index 1, so 512 usable) and a byte-level BPE tokenizer
+    that knows "word", saved without ``model_max_length``; returns the loaded model and tokenizer."""
+    from transformers import RobertaConfig, RobertaForMaskedLM, RobertaTokenizerFast
+
+    from hp_mlm.checkpoints import save_model
+    from hp_mlm.models import load_model
+
+    pieces = ["<s>", "<pad>", "</s>", "<unk>", "<mask>", "w", "o", "r", "d", "Ġ", "Ġw", "Ġwo", "Ġwor", "Ġword"]
+    tok = RobertaTokenizerFast(
+        vocab={p: i for i, p in enumerate(pieces)}, merges=[("Ġ", "w"), ("Ġw", "o"), ("Ġwo", "r"), ("Ġwor", "d")]
+    )
+    config = RobertaConfig(
+        vocab_size=len(pieces),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=514,
+        pad_token_id=tok.pad_token_id,
+    )
+    torch.manual_seed(0)
+    save_model(RobertaForMaskedLM(config), tok, folder / "model")
+    loaded = load_model(str(folder / "model"))
+    return loaded.model, loaded.tokenizer
+
+
+@pytest.fixture(scope="module")
+def unset_length_folder(tmp_path_factory):
+    """The smoke BERT (128 positions) saved with a tokenizer that has no ``model_max_length``."""
+    from hp_mlm.checkpoints import save_model
+    from hp_mlm.models import build_smoke_model
+
+    tok = unset_length_tokenizer()
+    folder = save_model(build_smoke_model(tok), tok, tmp_path_factory.mktemp("unset") / "model")
+    from hp_mlm.models import load_tokenizer
+
+    assert load_tokenizer(str(folder)).model_max_length > 10**29  # the sentinel, as a reader would load it
+    return folder
+
+
+def sentence_with_mask_at(word: int, words: int = 200) -> str:
+    return " ".join("[MASK]" if i == word else "the" for i in range(words))
+
+
+def test_a_tokenizer_without_a_length_truncates_at_the_models_positions_and_names_them(unset_length_folder, capsys):
+    """A tokenizer saved without a length says 1e30; the smoke BERT has 128 positions. A mask at word 5
+    of 200 is answered from the first 128 tokens; one at word 180 is refused in one line naming the
+    128-token limit, and 1e30 is never shown."""
+    from hp_mlm.ops import cli
+
+    assert cli.main(["predict", sentence_with_mask_at(4), "--model", str(unset_length_folder)]) == 0
+    shown = capsys.readouterr()
+    assert "mask 1:" in shown.out and "Error" not in shown.err
+    assert cli.main(["predict", sentence_with_mask_at(179), "--model", str(unset_length_folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "128-token limit" in err[0], err
+    assert "1e30" not in err[0] and "1000000000000000019884624838656" not in err[0] and "e+30" not in err[0]
+
+
+def test_evaluate_refuses_a_max_length_above_the_models_positions_in_one_line(unset_length_folder, capsys):
+    from hp_mlm.ops import cli
+
+    argv = ["evaluate", "--model", str(unset_length_folder), "--max-length", "200"]
+    assert cli.main([*argv, "--dataset", "hp_mlm:smoke-corpus", "--split", "train"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--max-length 200 is above the model's limit of 128 positions" in err[0], err
+    assert "set --max-length to 128 or less" in err[0]
+
+
+def test_a_roberta_style_model_truncates_at_512_of_its_514_positions(tmp_path, capsys):
+    """RoBERTa counts positions from the padding index + 1, so 2 of its 514 rows are never a token's:
+    fill_mask on a 604-token sentence runs on 512 tokens (514 raised an index error), and a
+    max_length of 513 or 514 is refused for that model, 512 accepted."""
+    from hp_mlm.models import model_max_positions
+    from hp_mlm.ops import cli
+    from hp_mlm.scoring import length_limit
+    from hp_mlm.tokens import check_max_length
+
+    model, tok = roberta_style(tmp_path)
+    assert tok.model_max_length > 10**29 and model.config.max_position_embeddings == 514
+    assert model_max_positions(model) == length_limit(model, tok) == length_limit(model, tok, 600) == 512
+    text = "<mask> " + "word " * 600
+    assert len(tok(text)["input_ids"]) == 604
+    (answers,) = fill_mask(model, tok, text, top_k=3)
+    assert len(answers) == 1 and len(answers[0]) == 3
+    check_max_length(512, model_max_positions(model))
+    for too_long in ("513", "514"):
+        argv = ["evaluate", "--model", str(tmp_path / "model"), "--max-length", too_long, "--split", "train"]
+        assert cli.main([*argv, "--dataset", "hp_mlm:smoke-corpus"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"--max-length {too_long} is above the model's limit of 512 positions" in err[0]
+
+
+def test_bert_keeps_every_position_and_a_model_without_a_limit_has_none(smoke_tokenizer, smoke_model):
+    from hp_mlm.models import model_max_positions
+    from hp_mlm.scoring import length_limit
+
+    assert model_max_positions(smoke_model) == 128 == smoke_model.config.max_position_embeddings
+    assert model_max_positions(torch.nn.Linear(2, 2)) is None
+    assert length_limit(smoke_model, smoke_tokenizer, 64) == 64

@@ -56,8 +56,8 @@ def test_the_offline_name_loads_the_stock_head_tied_and_the_random_head_name_a_n
     auto = get_settings("full", environ={})  # learning rate and schedule left on auto
     assert resolve_auto(auto, stock.head_newly_initialised).schedule == "linear"
     assert resolve_auto(auto, new.head_newly_initialised).schedule == "constant"
-    offline = get_settings("offline", environ={})  # the stock-head study's choice, set by the profile
-    assert (offline.learning_rate, offline.schedule) == (5e-4, "constant")
+    offline = resolve_auto(get_settings("offline", environ={}), stock.head_newly_initialised, stock.name)
+    assert (offline.learning_rate, offline.schedule, offline.epochs) == (5e-4, "constant", 12)  # the model's entry
 
 
 def test_a_model_the_head_does_not_fit_is_refused():

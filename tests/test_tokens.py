@@ -108,3 +108,58 @@ def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
     assert metrics["data"]["rows_cut"] == 1 and metrics["data"]["tokens_dropped"] == 474
     note = next(line for line in logged if line.startswith("note:") and " lost " in line)
     assert "1 row(s) longer than max_length 128 lost 474 tokens" in note and "split_long_rows" in note
+
+
+# A word longer than a row ------------------------------------------------------------------------
+
+
+def test_a_word_longer_than_a_row_is_its_own_word_and_never_masked_as_the_cls_token(smoke_tokenizer):
+    """ "the wand broke at last" in rows of 3 tokens holds one piece a row, so "broke" (br ##oke) and
+    "last" (l ##ast) must be cut inside: two rows open with a ## piece, and both are counted. Whole-word
+    masking reads that piece as a word of its own: at probability 1.0 it is masked and [CLS] never is, in
+    50 draws; at 0.5 it is chosen by its own draw, not by the draw at [CLS]."""
+    from hp_mlm.masking import IGNORE_INDEX, mask_tokens, selectable_positions
+    from hp_mlm.tokens import word_start_index, words_cut
+
+    tok = smoke_tokenizer
+    rows = tokenize_rows(
+        Dataset.from_dict({"text": ["the wand broke at last"]}), tok, max_length=3, split_long_rows=True
+    )
+    pieces = [tok.convert_ids_to_tokens(ids)[1:-1] for ids in rows["input_ids"]]
+    assert pieces == [["the"], ["wand"], ["br"], ["##oke"], ["at"], ["l"], ["##ast"]]
+    assert words_cut(rows, tok) == 2
+    ids = torch.tensor([rows[3]["input_ids"]])  # [CLS] ##oke [SEP]
+    assert word_start_index(ids, tok).tolist() == [[0, 1, 2]]
+    selectable = selectable_positions(ids, tok, torch.tensor([rows[3]["special_tokens_mask"]]))
+    for seed in range(50):
+        masked, labels = mask_tokens(ids, selectable, tok, 1.0, torch.Generator().manual_seed(seed), "whole_word")
+        assert masked[0].tolist() == [tok.cls_token_id, tok.mask_token_id, tok.sep_token_id]
+        assert labels[0].tolist() == [IGNORE_INDEX, ids[0, 1].item(), IGNORE_INDEX]
+    own = cls = 0
+    for seed in range(50):
+        _, labels = mask_tokens(ids, selectable, tok, 0.5, torch.Generator().manual_seed(seed), "whole_word")
+        draw = torch.bernoulli(torch.full(ids.shape, 0.5), generator=torch.Generator().manual_seed(seed)).bool()
+        chosen = bool(labels[0, 1] != IGNORE_INDEX)
+        own, cls = own + (chosen == bool(draw[0, 1])), cls + (chosen == bool(draw[0, 0]))
+    assert own == 50 and cls < 50
+
+
+def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp_path):
+    """Ten rows "the xyzzyplughfrobnicate sang", rows of 8 tokens split at word starts: the made-up word
+    has 17 pieces, so each text opens 2 rows inside it (20 in all); nothing is truncated."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.ops.job import log_data
+    from hp_mlm.prepare import prepare
+
+    (tmp_path / "rows.txt").write_text("the xyzzyplughfrobnicate sang\n" * 10, encoding="utf-8")
+    settings = get_settings(
+        "smoke", environ={}, dataset=str(tmp_path / "rows.txt"), max_length=8, split_long_rows=True, progress=False
+    )
+    prep = prepare(settings)
+    assert prep.truncated == {"rows_cut": 0, "tokens_dropped": 0, "words_cut": 20}
+    logged = []
+    log_data(prep, logged.append)
+    note = next(line for line in logged if "open inside a word" in line)
+    assert note.startswith("note: 20 row(s) open inside a word of more than max_length - 2 = 6 pieces")
+    unsplit = prepare(settings.replace(split_long_rows=False))
+    assert unsplit.truncated["words_cut"] == 0 and unsplit.truncated["rows_cut"] == 10

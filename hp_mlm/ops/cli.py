@@ -14,8 +14,13 @@ from hp_mlm.ops.flags import as_flags, build_parser
 
 
 def _settings(args: argparse.Namespace) -> Settings:
+    """The settings the flags ask for; a number flag given as ``auto`` (``--lr auto``) leaves that setting
+    to the model, over the profile's and the variables' values."""
     known = {f.name for f in fields(Settings)} - {"profile"}
-    return get_settings(args.profile, **{k: v for k, v in vars(args).items() if k in known})
+    given = {k: v for k, v in vars(args).items() if k in known}
+    auto = {k for k, v in given.items() if v == "auto" and k != "schedule"}  # schedule's own value is "auto"
+    settings = get_settings(args.profile, **{k: v for k, v in given.items() if k not in auto})
+    return settings.replace(**dict.fromkeys(auto)) if auto else settings
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

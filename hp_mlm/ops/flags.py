@@ -8,8 +8,9 @@ Only the command line speaks of flags; step modules name the setting (``batch_si
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
+from typing import Any
 
 from hp_mlm.common import PRECISIONS
 from hp_mlm.config import Settings, get_settings
@@ -22,16 +23,19 @@ SETTING_HELP = {
     "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
     "text_column": "column holding the text",
     "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
-    "epochs": "passes over the training rows (unset in the quick profile: 3 for a pretrained MLM head, 8 for a new one)",
+    "epochs": "passes over the training rows; auto: the model's (12 for hp_mlm:minilm-l6), else 3 for a pretrained "
+    "MLM head, 8 for a new one",
     "batch_size": "rows per batch",
-    "learning_rate": "peak learning rate; auto: 5e-5 for a pretrained MLM head, 5e-4 for a new one, 1e-5 in the original recipe",
+    "learning_rate": "peak learning rate; auto: the model's (5e-4 for hp_mlm:minilm-l6), else 5e-5 for a pretrained "
+    "MLM head, 5e-4 for a new one; 1e-5 in the original recipe",
     "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
     "mlm_probability": "fraction of tokens masked, in (0, 1)",
     "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
     "seed": "random seed for split, shuffling, masks and dropout",
     "recipe": "course, or original: the original tutorial's procedure as settings ('seed' is an alias)",
     "precision": "auto: bf16 on GPUs and CPUs with native bf16, fp16 on older GPUs, else fp32",
-    "schedule": "auto: linear decay for a pretrained MLM head, constant for a new one; after warmup",
+    "schedule": "auto: the model's (constant for hp_mlm:minilm-l6), else linear decay for a pretrained MLM head, "
+    "constant for a new one; after warmup",
     "masking": "mask: every chosen token becomes the mask token; bert: 80/10/10 (10%% random, 10%% kept); "
     "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
     "padding": "batch: each batch to its longest row; pack: training rows joined and cut into blocks of max_length "
@@ -93,7 +97,7 @@ def _add_setting_flags(
             f.name
         ] + f" (default in the {active.profile} profile: {shown})"
         flag = flag_for(f.name)
-        kind = {"int": int, "int | None": int, "float": float, "float | None": float}.get(f.type, str)
+        kind = {"int": int, "int | None": or_auto(int), "float": float, "float | None": or_auto(float)}.get(f.type, str)
         if f.type == "bool":
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=text)
             continue
@@ -112,6 +116,17 @@ def _add_setting_flags(
         help="full (the course), quick (CPU laptop), offline (MiniLM, no Hub) or smoke (tiny, no "
         "downloads); default $HP_MLM_PROFILE or full",
     )
+
+
+def or_auto(kind: type) -> Callable[[str], Any]:
+    """A flag's type for a setting that may be left to the model (``--lr auto``, ``--epochs auto``): the
+    word ``auto`` as itself (``cli`` then sets the setting to None, over the profile's value), else ``kind``."""
+
+    def read(text: str) -> Any:
+        return "auto" if text.strip().lower() == "auto" else kind(text)
+
+    read.__name__ = kind.__name__  # argparse names it in "invalid float value"
+    return read
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -16,7 +16,7 @@ from typing import Any
 from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
 from hp_mlm.checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
-from hp_mlm.config import Settings
+from hp_mlm.config import Settings, auto_defaults
 from hp_mlm.evaluation import evaluate, freeze_whole_words
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
@@ -24,6 +24,7 @@ from hp_mlm.ops.card import write_model_card
 from hp_mlm.ops.push import hub_token, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
+from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
 from hp_mlm.training import Callback, TrainingPlan, plan_training, train
@@ -85,6 +86,8 @@ def run_job(
     probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log, candidates)
     prep = prepare(settings, inputs_checked=True)
     log_data(prep, log)
+    if note := auto_note(settings, prep):
+        log(note)
     seconds = dict(prep.seconds)
     phase = time.perf_counter()
     tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
@@ -143,7 +146,8 @@ def check_before_loading(
 
 
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
-    """Say what was loaded: the slice, the rows kept and held out, a new head."""
+    """Say what was loaded: the slice, the rows kept and held out, a new head, what truncation dropped and
+    the rows that open inside a word longer than a row."""
     if note := prep.report.slice_note():
         log(note)
     log(
@@ -164,6 +168,29 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
             f"note: {cut} row(s) longer than max_length {prep.settings.max_length} lost "
             f"{prep.truncated['tokens_dropped']} tokens to truncation; split_long_rows keeps them as extra rows"
         )
+    if cut := prep.truncated["words_cut"]:  # a word longer than a row: its leading pieces open the next row
+        log(
+            f"note: {cut} row(s) open inside a word of more than max_length - 2 = {prep.settings.max_length - 2} "
+            "pieces; whole-word masking reads their leading pieces as a word of their own"
+        )
+
+
+def auto_note(settings: Settings, prep: Prepared) -> str | None:
+    """One line for the log: the values ``auto`` settled for this model (``config.auto_defaults``) and where
+    they come from, e.g. ``auto: learning rate 0.0005, constant schedule, 12 epochs: measured for
+    hp_mlm:minilm-l6 (benchmarks/results/stock_head_study.md)``; None when ``settings`` set them all."""
+    unset = [name for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")]
+    if not unset:
+        return None
+    s, model, new_head = prep.settings, prep.loaded.name, prep.loaded.head_newly_initialised
+    said = {"learning_rate": f"learning rate {s.learning_rate:g}", "schedule": f"{s.schedule} schedule"}
+    said["epochs"] = f"{s.epochs} epochs"
+    kind = (
+        f"measured for {model}"
+        if model in MODEL_AUTO
+        else f"the defaults for a {'new' if new_head else 'pretrained'} MLM head"
+    )
+    return f"auto: {', '.join(said[name] for name in unset)}: {kind} ({auto_defaults(model, new_head)['source']})"
 
 
 def held_out(prep: Prepared, model) -> dict[str, Any]:
