@@ -78,3 +78,14 @@ def test_a_notebook_plans_again_into_its_folder_and_the_end_of_training_frees_it
     history = fit(smoke_model, smoke_tokenizer, rows, settings(), output_dir=folder)  # the cell again, trained
     assert history["optimizer_steps"] > 0
     assert python(TAKER, str(folder)).wait(timeout=60) == 0  # free once the run has ended
+
+
+def test_the_command_line_refuses_a_held_folder_before_loading_anything(holder, folder, capsys):
+    from hp_mlm.ops import cli
+    from hp_mlm.ops.troubleshooting import PAGE
+
+    status = cli.main(["train", "--profile", "smoke", "--output-dir", str(folder), "--resume"])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert status == 2 and line.startswith(f"error: another run (process {holder.pid} on ")
+    assert line.endswith(f"(help: {PAGE}#another-run-is-training-into-the-output-folder)")
+    assert sorted(p.name for p in folder.iterdir()) == [LOCK]  # nothing loaded, nothing written
