@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from .checkpoints import resume_key, save_checkpoint
+from .checkpoints import release_output_dir, resume_key, save_checkpoint
 from .training import Callback, TrainingPlan
 
 
@@ -88,7 +88,8 @@ class SaveCheckpoints(Callback):
     end of each epoch (also an epoch a time budget cut short), so that ``plan_training(...,
     resume=True)`` continues the run from there (``checkpoints.save_checkpoint``: every process
     calls it). Pass it last: an epoch's record is saved with what the callbacks before it added
-    (``Validate``'s scores). Does nothing for a plan without an output folder."""
+    (``Validate``'s scores). When the run ends, other runs may use the folder again
+    (``checkpoints.release_output_dir``). Does nothing for a plan without an output folder."""
 
     def __init__(self, plan: TrainingPlan) -> None:
         self.plan = plan
@@ -105,6 +106,10 @@ class SaveCheckpoints(Callback):
         else:
             self.save(record["epoch"], 0)
         return False
+
+    def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:  # noqa: ARG002 - a hook's signature
+        if self.plan.output_dir is not None:
+            release_output_dir(self.plan.output_dir)
 
     def save(self, epoch: int, batches_done: int) -> None:
         """Save the run as at ``batches_done`` batches into ``epoch`` (0-based)."""

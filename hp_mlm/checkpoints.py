@@ -3,7 +3,8 @@
 A checkpoint is ``accelerate``'s own state (``Accelerator.save_state``: the model as safetensors,
 optimizer, scheduler and random states, loaded back with ``torch.load(weights_only=True)``) plus our
 ``state.json`` (epoch, batches done, history), written to a temporary folder and renamed; then
-``checkpoints/latest.json`` points at it. Taught in ``notebooks/03_training.ipynb``.
+``checkpoints/latest.json`` points at it. One run at a time writes an output folder
+(:func:`hold_output_dir`). Taught in ``notebooks/03_training.ipynb``.
 """
 
 from __future__ import annotations
@@ -12,8 +13,14 @@ import json
 import logging
 import os
 import shutil
+import socket
 from pathlib import Path
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory file locks; one run per folder is then not checked
+    fcntl = None
 
 from torch import nn
 
@@ -24,6 +31,9 @@ CHECKPOINTS = "checkpoints"
 MODEL_DIR = "model"
 LATEST = "latest.json"
 STATE = "state.json"
+#: The lock file of a run's output folder, and the folders this process holds (path -> open file).
+LOCK = ".run.lock"
+_HELD: dict[str, Any] = {}
 
 
 #: Settings that fix the batches and the schedule: a run resumes only if they are unchanged.
@@ -94,6 +104,47 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def hold_output_dir(directory: str | Path) -> None:
+    """Claim ``directory`` for this process's run, so that no other run writes its checkpoints meanwhile.
+
+    A lock on ``directory/.run.lock`` (``fcntl.flock``), which the operating system drops when the
+    process ends: a crashed or killed run never leaves the folder held. A process that holds it
+    already keeps it (a notebook's training cell run again in the same kernel). Not checked where
+    files cannot be locked (Windows, some network drives), nor across machines.
+
+    Raises:
+        RuntimeError: another live process holds the folder (names it, and what to do).
+    """
+    path = Path(directory) / LOCK
+    if fcntl is None or str(path.resolve()) in _HELD:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")  # kept open while the run lasts: closing it unlocks
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        if not isinstance(error, BlockingIOError):
+            return  # a file system without locks
+        raise RuntimeError(
+            f"another run ({holder}) is training into {str(directory)!r}: let it finish or stop it (a notebook: "
+            "restart its kernel), or set `output_dir` (HP_MLM_OUTPUT_DIR) to another folder"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    _HELD[str(path.resolve())] = handle
+
+
+def release_output_dir(directory: str | Path) -> None:
+    """Let other runs use ``directory`` (closing the lock file unlocks it); nothing if this process does not hold it."""
+    handle = _HELD.pop(str((Path(directory) / LOCK).resolve()), None)
+    if handle is not None:
+        handle.close()
 
 
 def checkpoint_write_error(root: Path, accelerator, error: OSError) -> OSError:

@@ -33,7 +33,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .checkpoints import resume_key, resume_state
+from .checkpoints import hold_output_dir, resume_key, resume_state
 from .common import (
     MIXED_PRECISION,
     cpu_process_group,
@@ -310,17 +310,21 @@ def plan_training(
         make_scheduler: ``(optimizer, total_steps) -> scheduler``; default :func:`build_scheduler`
             with ``settings.schedule`` and ``settings.warmup_fraction`` over all epochs' steps.
         output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and at
-            each epoch end); None keeps nothing on disk.
+            each epoch end); None keeps nothing on disk. This run holds it until it ends
+            (``checkpoints.hold_output_dir``; ``callbacks.SaveCheckpoints`` lets it go).
         resume: continue from the last complete checkpoint in ``output_dir`` (its weights,
             optimiser, schedule, random states and history are loaded now).
     Raises:
         ValueError: no training rows, a setting still ``auto``, or a checkpoint written with other
             settings (``checkpoints.resume_state``).
+        RuntimeError: another live run is training into ``output_dir``.
     """
     check_resolved(settings)
     if len(train_rows) == 0:
         raise ValueError("no training rows: use a larger split or a smaller validation_fraction")
     accelerator = new_accelerator(settings)
+    if output_dir is not None and accelerator.is_main_process:
+        hold_output_dir(output_dir)  # before reading its checkpoint: one run per folder
     torch.manual_seed(settings.seed)  # dropout
     train_rows = as_rows(train_rows)  # (1, n) tensors too, read once as lists
     data, collate_fn = training_data(train_rows, tokenizer, settings, accelerator.process_index)

@@ -12,7 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from hp_mlm.config import get_settings
 from hp_mlm.course.episodes import (
+    MEASURED_ON,
+    TRAINING_SECONDS,
     answer_quiz,
     episode_minutes,
     frame_table,
@@ -20,6 +23,7 @@ from hp_mlm.course.episodes import (
     quiz_text,
     schedule_table,
     show_quiz,
+    training_notice,
     widgets_front_end,
 )
 from hp_mlm.masking import mask_tokens
@@ -113,6 +117,48 @@ def test_the_schedule_runs_a_clock_and_adds_up():
         [("a", {"teaching": 50, "exercises": 20}, {"smoke": 9.0}), ("b", {"teaching": 5, "exercises": 5}, {})]
     )
     assert "| b | 5 min | 5 min | 1:10 |" in table and "ends at 1:20" in table and "not measured" in table
+
+
+# --- notebook 04 without notebook 03's model --------------------------------------------------------
+def test_the_training_notice_says_what_trains_how_long_and_the_smaller_ways():
+    notice = training_notice(get_settings("offline", environ={}), 168, "cpu")
+    assert "outputs/offline/model" in notice and "profile `offline`" in notice and "168 optimiser steps" in notice
+    assert "notebook 03 took 3 min in this profile on 2 CPU cores" in notice  # 183.1 s, measured
+    assert "`%env HP_MLM_TIME_BUDGET=5`" in notice and "OFFLINE = True" not in notice  # offline already
+
+
+def test_the_training_notice_on_a_gpu_in_the_full_profile_offers_the_offline_profile():
+    notice = training_notice(get_settings("full", environ={}), 252, "cuda")
+    assert "on cuda" in notice and "not measured for the `full` profile" in notice and "Colab T4" in notice
+    assert "`OFFLINE = True` in the first code cell" in notice and "(notebook 03: 3 min on 2 CPU cores)" in notice
+    budgeted = training_notice(get_settings("full", environ={}, time_budget_minutes=7.5), 252, "cuda")
+    assert "stops training after 7.5 min" in budgeted and "HP_MLM_TIME_BUDGET=5" not in budgeted
+    assert "not measured on a GPU; notebook 03 took 23 s" in training_notice(
+        get_settings("smoke", environ={}), 9, "cuda"
+    )
+
+
+def test_the_notices_measured_times_are_notebook_03s_in_the_benchmark_results():
+    measured = {profile: s for profile, s in machine_times("03_training").items() if s is not None}
+    assert TRAINING_SECONDS == measured, "copy benchmarks/results/notebook_times.json's 03_training times"
+    machines = json.loads((ROOT / "benchmarks" / "results" / "notebook_times.json").read_text(encoding="utf-8"))
+    assert {f"{m['cores']} CPU cores" for m in machines["machines"].values()} == {MEASURED_ON}
+
+
+def test_notebook_04_says_what_it_trains_and_validates_before_it_checkpoints_as_03_does():
+    """Its checkpoints are 03's to resume: every epoch record holds its validation (03's table reads it)."""
+    cells = {
+        stem: [text(c) for c in load(NOTEBOOKS / f"{stem}.ipynb")["cells"] if c["cell_type"] == "code"]
+        for stem in ("03_training", "04_evaluation")
+    }
+    for stem, sources in cells.items():
+        (cell,) = [s for s in sources if "SaveCheckpoints(plan)" in s]
+        order = re.search(r"callbacks\s*=\s*\[(.*?)\]", cell, re.S).group(1)
+        assert re.match(r"\s*(Validate\(|validate\b)", order) and order.rstrip(", \n").endswith(
+            "SaveCheckpoints(plan)"
+        ), stem
+    (training,) = [s for s in cells["04_evaluation"] if "SaveCheckpoints(plan)" in s]
+    assert training.index("print(training_notice(") < training.index("train(plan")
 
 
 # --- exercises and their solutions ------------------------------------------------------------------

@@ -116,7 +116,7 @@ def test_an_installed_version_out_of_bounds_keeps_the_pip_message(found):
 
 
 def test_a_missing_package_says_install():
-    with pytest.raises(ImportError, match=r"needs datasets>=5,<6; install it with: pip install -r requirements.txt"):
+    with pytest.raises(ImportError, match=r"needs datasets>=4,<6; install it with: pip install -r requirements.txt"):
         versions.check_versions({}, version_of=installed(datasets=None))
 
 
@@ -256,7 +256,9 @@ def test_the_subset_probe_catches_a_wider_range():
 
 
 def test_the_bounds_admit_the_installed_versions():
-    for requirement in pyproject_dependencies() + list(runtime_in_requirements_txt().values()):
+    """pyproject's bounds, what ``pip install .`` (and Colab's install cell) enforces; requirements.txt
+    may narrow a runtime package for local Jupyter (ipywidgets 8), which a Colab runtime need not have."""
+    for requirement in pyproject_dependencies():
         try:
             version = metadata.version(requirement.name)
         except metadata.PackageNotFoundError:
@@ -264,6 +266,40 @@ def test_the_bounds_admit_the_installed_versions():
         assert requirement.specifier.contains(version, prereleases=True), (
             f"{requirement} refuses the installed {version}"
         )
+
+
+#: Colab's published versions, the second environment CI tests (``.ci/colab_versions.sh``).
+COLAB_CONSTRAINTS = ROOT / ".ci" / "colab_constraints.txt"
+#: Packages whose Colab versions the course's install must leave alone, all pinned in the file (torch
+#: is not: the script installs this machine's CPU build in its place).
+LEFT_ALONE = {"transformers", "datasets", "pyarrow", "huggingface-hub", "accelerate", "ipywidgets"}
+
+
+def colab_pins() -> dict[str, str]:
+    """``{package: version}`` of the constraints file; every line pins one version (``==``)."""
+    pins = {}
+    for requirement in requirement_lines(COLAB_CONSTRAINTS):
+        (spec,) = requirement.specifier
+        assert spec.operator == "==", f"{requirement}: the constraints file pins versions (==)"
+        pins[name(requirement)] = spec.version
+    return pins
+
+
+def test_the_bounds_admit_colabs_published_versions():
+    package = {name(r): r for r in pyproject_dependencies()}
+    pins = colab_pins()
+    assert LEFT_ALONE <= set(pins) & set(package), "the constraints file lost one of Colab's packages"
+    refused = [
+        f"{package[k]} refuses {v}" for k, v in pins.items() if k in package and not package[k].specifier.contains(v)
+    ]
+    assert not refused, f"pip install . would replace Colab's versions: {refused}"
+
+
+def test_the_import_check_accepts_colabs_published_versions():
+    pins = colab_pins()
+    versions.check_versions({}, version_of=pins.__getitem__)  # transformers 5.15.0, datasets 4.0.0
+    with pytest.raises(ImportError, match=r"datasets 3\.6\.0 is installed"):
+        versions.check_versions({}, version_of={**pins, "datasets": "3.6.0"}.__getitem__)
 
 
 def test_the_import_check_uses_the_bounds_of_pyproject():

@@ -20,6 +20,10 @@ from typing import Any
 LETTERS = "abcdefgh"
 #: What the frame's machine-time columns show, in this order.
 MACHINE_PROFILES = ("smoke", "offline")
+#: Notebook 03's machine time per profile (seconds, kernel start included) on :data:`MEASURED_ON`, by
+#: ``benchmarks/notebook_times.py``; a test keeps them equal to benchmarks/results/notebook_times.json.
+TRAINING_SECONDS = {"smoke": 23.0, "offline": 183.1}
+MEASURED_ON = "2 CPU cores"
 
 
 def load_quiz(notebook: str) -> list[dict[str, Any]]:
@@ -155,4 +159,51 @@ def schedule_table(episodes: list[tuple[str, dict[str, int], dict[str, float | N
         + " | ".join(machine_time(sum(t.get(p) or 0 for _, _, t in episodes) or None) for p in MACHINE_PROFILES)
         + " |"
     )
+    return "\n".join(lines)
+
+
+def training_notice(settings, steps_left: int, device: str, measured: dict[str, float] = TRAINING_SECONDS) -> str:
+    """What notebook 04 says before it trains the model that notebook 03 has not saved: what it trains,
+    how long that took where it was measured, and the smaller ways (a time budget, the offline profile).
+
+    Args:
+        settings: the run's resolved ``config.Settings`` (``profile``, ``model``, ``epochs``,
+            ``batch_size``, ``max_length``, ``time_budget_minutes``, ``output_dir``).
+        steps_left: optimiser steps still to run (a resumed checkpoint's steps left out).
+        device: where it trains: ``"cuda"``, ``"mps"`` or ``"cpu"``.
+        measured: notebook 03's seconds per profile on :data:`MEASURED_ON` (CPU cores, no GPU).
+    Returns:
+        A few lines of text, to print.
+    """
+    profile = settings.profile
+    seconds = measured.get(profile)
+    lines = [
+        f"No fine-tuned model in {settings.output_dir}/model yet, so this cell trains one as notebook 03 does: "
+        f"profile `{profile}`, {settings.model}, {steps_left} optimiser steps ({settings.epochs} epoch(s) of batches "
+        f"of {settings.batch_size} rows, max_length {settings.max_length}) on {device}."
+    ]
+    if seconds is None:
+        t4 = "; the original tutorial reports 15-17 min of training on a Colab T4" if profile == "full" else ""
+        lines.append(f"How long: not measured for the `{profile}` profile (measured: {', '.join(measured)}){t4}.")
+    elif device == "cpu":
+        lines.append(f"How long: notebook 03 took {machine_time(seconds)} in this profile on {MEASURED_ON}.")
+    else:
+        lines.append(f"How long: not measured on a GPU; notebook 03 took {machine_time(seconds)} on {MEASURED_ON}.")
+    if settings.time_budget_minutes:
+        lines.append(
+            f"The time budget stops training after {settings.time_budget_minutes:g} min; the model so far is used."
+        )
+    else:
+        lines.append(
+            "Shorter: interrupt this cell, set a time budget in minutes (`%env HP_MLM_TIME_BUDGET=5`) and run the "
+            "notebook from the top; the model trained so far is then saved and evaluated."
+        )
+    if profile in ("full", "quick"):
+        offline = (
+            f" (notebook 03: {machine_time(measured['offline'])} on {MEASURED_ON})" if "offline" in measured else ""
+        )
+        lines.append(
+            f"Smaller: `OFFLINE = True` in the first code cell runs the offline profile, a small BERT{offline}."
+        )
+    lines.append("Or run notebook 03 first: this notebook evaluates the model it saves.")
     return "\n".join(lines)

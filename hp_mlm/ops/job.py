@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
-from hp_mlm.checkpoints import CHECKPOINTS, MODEL_DIR, clear_checkpoints, latest_checkpoint, save_model
+from hp_mlm.checkpoints import (
+    CHECKPOINTS,
+    MODEL_DIR,
+    clear_checkpoints,
+    hold_output_dir,
+    latest_checkpoint,
+    save_model,
+)
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings, auto_defaults
 from hp_mlm.evaluation import evaluate, freeze_whole_words
@@ -124,11 +131,14 @@ def check_before_loading(
     candidates: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Every check that needs no model, in the order a user would fix them: the paths given, the
-    probes file, the output folder, a checkpoint to resume, the Hub token. Returns the probes."""
+    probes file, the output folder (no other run training into it, then what it holds), a checkpoint
+    to resume, the Hub token. Returns the probes."""
     out = Path(settings.output_dir)
     check_inputs(settings, probes=probes)
     shared = read_candidates(candidates) if candidates else None  # broken files are found before any loading
     probe_list = load_probes(probes, shared) if probes else []
+    if process_state().is_main_process:
+        hold_output_dir(out)  # another run's folder is refused now, not after loading and evaluating
     check_output_dir(out, overwrite, resume)
     if resume and latest_checkpoint(out) is None:
         if (out / MODEL_DIR).exists():

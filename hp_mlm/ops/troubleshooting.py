@@ -53,6 +53,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     ),
     "the-output-folder-already-holds-a-model": ("ops.job.check_output_dir", "ops.job.check_before_loading"),
     "a-checkpoint-cannot-be-resumed": ("checkpoints.resume_state", "checkpoints.latest_checkpoint"),
+    "another-run-is-training-into-the-output-folder": ("checkpoints.hold_output_dir",),
     "the-disk-is-full": ("checkpoints.save_checkpoint",),
     "out-of-memory": ("common.out_of_memory_in",),
     "the-loss-became-nan-or-infinite": ("training.check_finite",),

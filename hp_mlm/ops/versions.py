@@ -12,14 +12,16 @@ import sys
 from collections.abc import Callable, Mapping
 from importlib import metadata
 
-#: Major versions the course is written for, as ``(lowest, first one excluded)``: their APIs changed
-#: in 5.x. The same bounds as in pyproject.toml and requirements.txt (tests/test_versions.py).
-REQUIRED = {"transformers": (5, 6), "datasets": (5, 6)}
+#: Major versions the course runs with, as ``(lowest, first one excluded)``: transformers' API changed
+#: in 5.x; datasets 4.x (Colab's) and 5.x both load the Hub, the cache and local files as the course
+#: needs. The same bounds as in pyproject.toml and requirements.txt (tests/test_versions.py).
+REQUIRED = {"transformers": (5, 6), "datasets": (4, 6)}
 
 #: Packages that the course's install (``pip install git+...`` in Colab) may upgrade under a Python
 #: session that has already imported them. A module in memory whose version differs from the files
 #: on disk mixes old and new code, and fails later with ``cannot import name ...``. torch is not
-#: here: the course's bounds admit Colab's torch, so the install does not change it.
+#: here: the course's bounds admit Colab's torch (and Colab's version of each package below, so the
+#: install changes none of them there; tests/test_versions.py reads .ci/colab_constraints.txt).
 UPGRADED_BY_THE_INSTALL = (
     "transformers",
     "datasets",
