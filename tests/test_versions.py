@@ -89,7 +89,7 @@ def test_a_stale_transformers_in_sys_modules_says_restart(monkeypatch):
 def test_a_stale_module_is_found_in_a_given_mapping_too():
     modules = {"datasets": fake_module("datasets", "4.0.0"), "tokenizers": fake_module("tokenizers", "0.20.3")}
     with pytest.raises(ImportError, match=r"datasets 4\.0\.0 .*tokenizers 0\.20\.3 .*Restart the runtime"):
-        versions.check_versions(modules)
+        versions.check_versions(modules, version_of=installed(datasets="5.2.0", tokenizers="0.22.2"))
 
 
 def test_a_module_in_memory_other_than_the_installed_one_in_range_is_stale_too():
