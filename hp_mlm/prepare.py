@@ -132,18 +132,18 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     settings = resolve_auto(settings, loaded.head_newly_initialised, loaded.name)
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
-        settings,
-        loaded,
-        report,
-        train_rows,
-        validation_rows,
-        train_tokens,
-        validation_tokens,
-        frozen,
-        entities,
-        seconds,
-        _truncated(settings, tok, parts, (train_tokens, validation_tokens)),
-        batches_of(train_tokens["length"], settings),
+        settings=settings,
+        loaded=loaded,
+        report=report,
+        train_rows=train_rows,
+        validation_rows=validation_rows,
+        train_tokens=train_tokens,
+        validation_tokens=validation_tokens,
+        frozen_validation=frozen,
+        entities=entities,
+        seconds=seconds,
+        truncated=_truncated(settings, tok, parts, (train_tokens, validation_tokens)),
+        batches=batches_of(train_tokens["length"], settings),
     )
 
 

@@ -339,23 +339,24 @@ def plan_training(
     key = resume_key(settings, accelerator.num_processes)
     state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
     history = state["history"] if state else new_history(settings, accelerator)
-    start = (state["epoch"], state["batches_done"]) if state else (0, 0)
+    start_epoch, batches_done = (state["epoch"], state["batches_done"]) if state else (0, 0)
     lengths = [len(r["input_ids"]) for r in train_rows]
     folder = None if output_dir is None else Path(output_dir)
     return TrainingPlan(
-        model,
-        settings,
-        accelerator,
-        objective,
-        optimizer,
-        scheduler,
-        data,
-        collate_fn,
-        lengths,
-        total_steps,
-        *start,
-        history,
-        folder,
+        model=model,
+        settings=settings,
+        accelerator=accelerator,
+        objective=objective,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        data=data,
+        collate_fn=collate_fn,
+        lengths=lengths,
+        total_steps=total_steps,
+        start_epoch=start_epoch,
+        batches_done=batches_done,
+        history=history,
+        output_dir=folder,
     )
 
 
