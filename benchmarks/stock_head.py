@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+from torch.utils.data import DataLoader
 
 from hp_mlm.common import autocast, resolve_precision
 from hp_mlm.data import load_corpus, train_validation_split
@@ -36,7 +37,7 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks
 from hp_mlm.models import RANDOM_HEAD_MODEL, STOCK_HEAD_FILE, load_model
 from hp_mlm.tokens import plan_batches, tokenize_rows
-from hp_mlm.training import batch_loader, build_scheduler
+from hp_mlm.training import PositionedRows, build_scheduler
 
 HERE = Path(__file__).resolve().parent
 HEAD_PREFIX = "cls.predictions."
@@ -78,7 +79,8 @@ def train_head(
     for epoch in range(epochs):
         plan = plan_batches(tokens["length"], batch_size, torch.Generator().manual_seed(seed + epoch))
         total = count = 0.0
-        for batch in batch_loader(tokens, plan, collator, epoch):
+        positioned = [[(epoch, b, row) for row in rows] for b, rows in enumerate(plan)]  # as training.epoch_loader
+        for batch in DataLoader(PositionedRows(tokens), batch_sampler=positioned, collate_fn=collator):
             target = batch["labels"] != IGNORE_INDEX
             with torch.no_grad(), autocast(precision, "cpu"):
                 hidden = model.bert(

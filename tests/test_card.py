@@ -22,7 +22,7 @@ def pushed_run(tmp_path_factory):
     import huggingface_hub
 
     from hp_mlm.ops.job import run_job
-    from hp_mlm.prepare import default_probes
+    from hp_mlm.studies.probes import default_probes
 
     uploaded = {}
 

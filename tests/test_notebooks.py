@@ -153,6 +153,32 @@ def test_first_code_cell_installs_only_in_colab(name):
     assert any(isinstance(node, ast.Import) and any(a.name == "sys" for a in node.names) for node in tree.body)
 
 
+@pytest.mark.parametrize("installed", [{}, {"datasets": "5.2.0", "pyarrow": "26.0.1"}])
+def test_the_install_cell_says_when_it_changed_a_package_colab_ships(installed, monkeypatch, capsys):
+    """The first code cell, run as in Colab (a stand-in pip): it names each package the install changed
+    and asks for a restart only then; with Colab's versions left as they were it says nothing."""
+    import importlib.metadata
+    import subprocess
+    import sys
+    import types
+
+    colab = {"torch": "2.11.0", "transformers": "5.15.0", "datasets": "4.0.0", "pyarrow": "18.1.0"}
+    colab |= {"huggingface_hub": "1.27.0", "accelerate": "1.14.0", "ipywidgets": "7.7.1"}
+    disk = dict(colab)
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: disk[name])
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: disk.update(installed))
+    cells = {source(code_cells(load(name))[0]) for name in EXPECTED}
+    assert len(cells) == 1  # every notebook opens with the same install cell
+    exec(python_only(cells.pop()), {})
+    out = capsys.readouterr().out
+    if not installed:
+        assert out == ""
+    else:
+        assert "datasets 4.0.0 -> 5.2.0" in out and "pyarrow 18.1.0 -> 26.0.1" in out and "Restart session" in out
+        assert "torch" not in out
+
+
 @pytest.mark.parametrize("name", EXPECTED)
 def test_google_colab_is_imported_only_inside_the_guard(name):
     for number, cell in enumerate(code_cells(load(name))):
