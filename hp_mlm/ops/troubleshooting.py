@@ -78,6 +78,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "studies.downstream.load_name_types",
         "studies.downstream.probe_accuracy",
     ),
+    "the-model-card-or-the-website-cannot-be-made": ("ops.card.write_model_card", "ops.site.build"),
     "exercises-and-quizzes": (
         "course.checking.call",
         "course.checking.require",
