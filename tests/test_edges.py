@@ -59,7 +59,8 @@ def test_skipped_batches_are_counted_and_the_mean_loss_is_not_pulled_down(smoke_
     assert all(s["loss"] > 0 for s in history["steps"])
     for epoch in history["epochs"]:
         losses = [s["loss"] for s in history["steps"] if s["epoch"] == epoch["epoch"]]
-        assert epoch["train_loss"] == pytest.approx(sum(losses) / len(losses))
+        # per masked token over the epoch's steps: a batch without masks adds no 0.0 to pull it down
+        assert min(losses) <= epoch["train_loss"] <= max(losses) and epoch["masked_tokens"] > 0
 
 
 def test_accuracy_over_nothing_is_nothing_scored_not_zero(smoke_tokenizer, smoke_model):

@@ -278,7 +278,7 @@ def no_dropout_model(tokenizer):
     return build_smoke_model(tokenizer, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
 
-def sgd(model, learning_rate, weight_decay=0.0):
+def sgd(model, learning_rate, weight_decay=0.0, fused=True):  # build_optimizer's signature
     return torch.optim.SGD(model.parameters(), lr=learning_rate, weight_decay=weight_decay)
 
 

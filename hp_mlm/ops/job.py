@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from hp_mlm import evaluation
 from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
 from hp_mlm.checkpoints import (
     CHECKPOINTS,
@@ -221,7 +222,10 @@ def measure(
     result["original"] = original_tutorial_accuracy(
         model, tok, sample, generator(s.seed, f"original-{when}"), s.max_length, s.eval_batch_size, s.precision
     )
-    result["whole_words"] = evaluate(model, words, tok, s.eval_batch_size, precision=s.precision) if words else None
+    # the same scoring on other frozen masks, not the held-out evaluation (`evaluate` above, once a measure)
+    result["whole_words"] = (
+        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision) if words else None
+    )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
     return result
