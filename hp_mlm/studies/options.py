@@ -15,7 +15,7 @@ from typing import Any
 
 from hp_mlm.callbacks import Validate
 from hp_mlm.config import Settings
-from hp_mlm.evaluation import evaluate, evaluate_whole_words
+from hp_mlm.evaluation import evaluate, freeze_whole_words
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.prepare import prepare, training_tokens
@@ -73,11 +73,12 @@ def compare_options(
         return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
 
     named = [p for p in probes or [] if p.get("candidates")]
+    frozen_words = freeze_whole_words(prep.validation_tokens, tok, base.mlm_probability, base.seed)  # once a study
 
     def final(model) -> dict[str, Any]:
         """``score`` and the word-level measures, once per run (not every epoch)."""
-        words = evaluate_whole_words(
-            model, prep.validation_tokens, tok, base.mlm_probability, base.seed, base.eval_batch_size, base.precision
+        words = (
+            evaluate(model, frozen_words, tok, base.eval_batch_size, precision=base.precision) if frozen_words else None
         )
         ranks = [candidate_rank(model, tok, p)[0] for p in named]
         return {
