@@ -22,7 +22,7 @@ rm -rf "$VENV"
 # Colab's packages at its versions, and the test tools (uv: about a minute faster than pip here)
 "$VENV/bin/uv" pip install -q --python "$PY" -c .ci/colab_constraints.txt \
   transformers datasets accelerate huggingface_hub pyarrow pandas numpy matplotlib scikit-learn ipywidgets ipykernel \
-  pytest nbval hypothesis nbconvert
+  pytest pytest-xdist nbval hypothesis nbconvert
 "$PY" -m pip list --format=freeze >"$VENV/before.txt" 2>/dev/null
 "$PY" -m pip install -q --no-compile . 2>"$VENV/install.log" || { cat "$VENV/install.log"; exit 1; }
 "$PY" -m pip list --format=freeze >"$VENV/after.txt" 2>/dev/null
@@ -59,7 +59,7 @@ export MPLBACKEND=Agg HP_MLM_PROFILE=smoke
 # The subset (README, "Testing"): the version bounds; every way rows load (local files, a Hub id
 # through the Hub or the cache; the five whole commands run from the cache are left out, 80 s); one
 # training run with its checkpoints; notebooks 00-02.
-"$VENV/bin/pytest" -q --nbval-lax --nbval-current-env \
+"$VENV/bin/pytest" -q -n auto --dist loadfile --nbval-lax --nbval-current-env \
   -k "not (default_train_command or predict_by_hub_id or evaluate_by_hub_ids or fixture_cache_is_what)" \
   tests/test_versions.py tests/test_data.py tests/test_hub_paths.py \
   tests/test_training.py::test_training_lowers_the_loss_and_checkpoints_atomically \

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-from transformers import BertTokenizerFast
+import os
 
-from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+# Under pytest-xdist (`-n auto`, the README's test command) each worker gets its share of the cores, set
+# before torch is imported so that the kernels and subprocesses the tests start inherit it: two workers
+# with two threads each on 2 cores run slower than one.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+
+import pytest  # noqa: E402
+from transformers import BertTokenizerFast  # noqa: E402
+
+from hp_mlm.models import build_smoke_model, build_smoke_tokenizer  # noqa: E402
 
 
 @pytest.fixture(scope="session")

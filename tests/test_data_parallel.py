@@ -201,7 +201,7 @@ from hp_mlm.config import get_settings
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
 from safetensors.torch import save_file
 out, batch_size = sys.argv[1], int(sys.argv[2])
-t.build_optimizer = lambda model, lr, weight_decay=0.0: torch.optim.SGD(model.parameters(), lr=lr)
+t.build_optimizer = lambda model, lr, weight_decay=0.0, fused=True: torch.optim.SGD(model.parameters(), lr=lr)
 settings = get_settings("smoke", environ={}, batch_size=batch_size, epochs=1, mask_once=True, schedule="constant",
                         warmup_fraction=0.0, max_grad_norm=0.0, group_by_length=False, precision="fp32",
                         learning_rate=1.0, mlm_probability=0.4, checkpoint_every=0, progress=False)

@@ -28,7 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 KERNEL = "python3"
-TEST_COMMAND = re.compile(r"pytest\s+--nbval[^`\n]*")
+TEST_COMMAND = re.compile(r"pytest\s+(?:-n auto --dist loadfile\s+)?--nbval[^`\n]*")
 
 
 def source(cell: dict) -> str:
@@ -201,6 +201,17 @@ def test_every_nbval_command_runs_the_current_environment(name):
     assert commands, f"{name} has no `pytest --nbval...` command"
     for command in commands:
         assert "--nbval-current-env" in command.split(), f"{name}: {command!r} lacks --nbval-current-env"
+
+
+@pytest.mark.parametrize("name", ["README.md", ".ci/run", ".ci/colab_versions.sh"])
+def test_every_parallel_test_command_keeps_a_notebooks_cells_on_one_worker(name):
+    """pytest-xdist's default hands out single items: a notebook's cells, which share one kernel in order,
+    would be split between workers. ``--dist loadfile`` sends each file whole to one worker."""
+    text = (ROOT / name).read_text(encoding="utf-8")
+    commands = [line for line in text.splitlines() if "pytest" in line and "--nbval" in line]
+    assert commands, f"{name} has no pytest command with nbval"
+    for command in commands:
+        assert "-n auto" in command and "--dist loadfile" in command, f"{name}: {command.strip()!r}"
 
 
 def test_the_installed_nbval_has_the_current_env_flag(pytestconfig):

@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: Lines of requirements.txt that are tools for tests and local Jupyter, not what the package needs.
 TOOLS = {
     "pytest",
+    "pytest-xdist",
     "nbval",
     "hypothesis",
     "ipykernel",
