@@ -17,6 +17,7 @@ from typing import Any
 from .common import PRECISIONS, resolve_precision
 from .profiles import (
     AUTO_SETTINGS,
+    BOOKS_DATASET,
     HEAD_AUTO,
     MASKING_STRATEGIES,
     MODEL_AUTO,
@@ -94,11 +95,13 @@ class Settings:
         checkpoint_every: optimiser steps between checkpoints (``0``: only at epoch ends).
         progress: show ``tqdm`` progress bars.
         top_k: candidates per mask shown by fill-mask.
+        trained_model: a fine-tuned model handed out to a room (a .zip or folder made by ``python -m hp_mlm
+            handout``, ``ops.handout``): notebook 04 and ``predict``/``evaluate`` use it instead of their own.
         profile: the profile these settings came from (for display).
     """
 
     model: str = "bert-base-uncased"
-    dataset: str = "andjela-r/mlm-harry-potter"
+    dataset: str = BOOKS_DATASET
     split: str = "train[:10%]"
     text_column: str = "text"
     max_length: int = 512
@@ -131,6 +134,7 @@ class Settings:
     checkpoint_every: int = 200
     progress: bool = True
     top_k: int = 5
+    trained_model: str = ""
     profile: str = "full"
 
     def __post_init__(self) -> None:

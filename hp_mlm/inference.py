@@ -17,15 +17,23 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
+from .profiles import BOOKS_DATASET, EXAMPLES
 from .scoring import length_limit, predict_words, score_words, with_mask_token, word_pieces
 
-#: The course's example sentences (the last one has two masks).
-EXAMPLE_SENTENCES = (
-    "He was a young wizard, his name was Harry [MASK].",
-    "Harry [MASK] is a wizard.",
-    "Harry walked into [MASK] castle.",
-    "[MASK] potter and ron [MASK] went back to hogwarts.",
-)
+
+def examples(dataset: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The example sentences of ``dataset``, each with the corpus's word at each mask (``profiles.EXAMPLES``:
+    its corpus's own names; the books' sentences for a dataset without an entry). The last has two masks."""
+    return EXAMPLES.get(dataset, EXAMPLES[BOOKS_DATASET])
+
+
+def example_sentences(dataset: str) -> tuple[str, ...]:
+    """The sentences of :func:`examples`."""
+    return tuple(text for text, _ in examples(dataset))
+
+
+#: The books' example sentences: the course's premise, "Harry [MASK]" (the last one has two masks).
+EXAMPLE_SENTENCES = example_sentences(BOOKS_DATASET)
 
 
 def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, list[str]]]:

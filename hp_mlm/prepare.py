@@ -97,7 +97,16 @@ def check_inputs(settings: Settings, model: str | None = None, probes: str | Pat
     """
     for setting, name in (("model", model or settings.model), ("dataset", settings.dataset), ("probes", probes)):
         if name and is_local(str(name)) and not Path(str(name)).expanduser().exists():
-            raise FileNotFoundError(f"`{setting}` {str(name)!r}: no such file or folder; check the path")
+            raise MissingPath(setting, str(name))
+
+
+class MissingPath(FileNotFoundError):
+    """A local path given for ``setting`` (model, dataset or probes) does not exist; the command line's
+    help pointer follows ``setting`` to its entry (a model that cannot be loaded, data that cannot be read)."""
+
+    def __init__(self, setting: str, name: str) -> None:
+        super().__init__(f"`{setting}` {name!r}: no such file or folder; check the path")
+        self.setting = setting
 
 
 def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:

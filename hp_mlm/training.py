@@ -457,30 +457,32 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
     plan.objective.train()  # dropout on
     clock, trained = time.perf_counter(), sum(e["seconds"] for e in history["epochs"])
     show = settings.progress and plan.accelerator.is_main_process
-    bar = tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show)
-    for done, window in windows(bar, settings.gradient_accumulation_steps, skipped):
-        plan.position = {"epoch": epoch, "batches_done": done, "batches": end}  # for a checkpoint
-        step = training_step(plan, window, epoch)  # (loss in nats, masked tokens), or None
-        if step is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
-            continue
-        loss, masked = step
-        losses.append((loss, masked))
-        history["optimizer_steps"] += 1
-        record = {
-            "step": history["optimizer_steps"],
-            "epoch": epoch + 1,
-            "loss": loss,
-            "lr": plan.scheduler.get_last_lr()[0],
-            "seconds": trained + time.perf_counter() - clock,
-        }
-        history["steps"].append(record)
-        bar.set_postfix(loss=f"{loss:.3f}")
-        paused = time.perf_counter()
-        stop = any([c.on_step(plan.model, record) for c in callbacks])  # a list: every callback is called
-        clock += time.perf_counter() - paused  # callbacks are not training time
-        if stop:
-            break
-    bar.close()
+    with tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show) as bar:
+        for done, window in windows(bar, settings.gradient_accumulation_steps, skipped):
+            plan.position = {"epoch": epoch, "batches_done": done, "batches": end}  # for a checkpoint
+            step = training_step(plan, window, epoch)  # (loss in nats, masked tokens), or None
+            if step is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
+                continue
+            loss, masked = step
+            losses.append((loss, masked))
+            history["optimizer_steps"] += 1
+            record = {
+                "step": history["optimizer_steps"],
+                "epoch": epoch + 1,
+                "loss": loss,
+                "lr": plan.scheduler.get_last_lr()[0],
+                "seconds": trained + time.perf_counter() - clock,
+            }
+            history["steps"].append(record)
+            bar.set_postfix(loss=f"{loss:.3f}")
+            paused = time.perf_counter()
+            stop = any([c.on_step(plan.model, record) for c in callbacks])  # a list: every callback is called
+            clock += time.perf_counter() - paused  # callbacks are not training time
+            if stop:
+                break
+    if history["epochs"] and history["epochs"][-1]["epoch"] == epoch + 1:  # its part before a stop, now resumed:
+        part = history["epochs"].pop()  # one record for the whole epoch
+        losses, clock = [(part["train_loss"] or 0.0, part["masked_tokens"]), *losses], clock - part["seconds"]
     masked = sum(n for _, n in losses)  # per masked token, as a window's loss and the held-out loss
     record = {"epoch": epoch + 1, "train_loss": sum(x * n for x, n in losses) / masked if masked else None}
     record.update(masked_tokens=masked, seconds=time.perf_counter() - clock)

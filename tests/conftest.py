@@ -8,7 +8,9 @@ import os
 # before torch is imported so that the kernels and subprocesses the tests start inherit it: two workers
 # with two threads each on 2 cores run slower than one.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
+    os.environ.setdefault(
+        "OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+    )
 
 import pytest  # noqa: E402
 from transformers import BertTokenizerFast  # noqa: E402

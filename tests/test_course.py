@@ -180,6 +180,39 @@ def test_every_exercise_has_a_collapsed_solution_and_one_in_the_solutions_notebo
     assert found == numbers
 
 
+def called_names(code: str) -> set[str]:
+    """The names a piece of code calls (``f(...)``, ``x.f(...)``: ``f``), what a solution needs."""
+    import ast
+
+    calls = [n.func for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Call)]
+    return {c.attr if isinstance(c, ast.Attribute) else c.id for c in calls if isinstance(c, (ast.Attribute, ast.Name))}
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_no_coded_exercise_can_be_answered_by_copying_a_cell_above_it(stem):
+    """A coded exercise's solution needs something no single code cell above the exercise shows: some
+    function it calls is called in none of them (a worked version of the same lines, shown above,
+    calls them all; notebook 02's hand-written masking and notebook 03's hand loop once did)."""
+    cells = load(NOTEBOOKS / f"{stem}.ipynb")["cells"]
+    for i, cell in enumerate(cells):
+        found = re.search(r"<summary>Solution (\d\.\d)</summary>\s*```python\n(.*?)```", text(cell), re.S)
+        if not found or not re.search(r"^def my_\w+\(", found.group(2), re.M):
+            continue
+        number, solution = found.groups()
+        start = next(j for j in range(i, -1, -1) if text(cells[j]).startswith(f"### Exercise {number}"))
+        code = solution.split("\n\ncheck_")[0]
+        parameters = set(re.findall(r"^def my_\w+\((.*?)\)", code, re.M)[0].replace(" ", "").split(","))
+        needed = called_names(code) - parameters
+        if needed <= {"len", "range", "zip", "print", "max", "min", "abs", "round", "sum", "int", "float"}:
+            continue  # arithmetic on what the exercise gives: no cell to copy it from
+        for above in cells[:start]:
+            if above["cell_type"] == "code" and not text(above).lstrip().startswith(("%", "!")):
+                shown = called_names(text(above))
+                assert needed - shown, (
+                    f"exercise {number}: cell {cells.index(above)} above it calls all of {sorted(needed)}"
+                )
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_each_coded_exercise_starts_as_a_stub_and_its_solution_asserts_the_check(stem):
     nb = load(NOTEBOOKS / f"{stem}.ipynb")

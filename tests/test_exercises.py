@@ -70,10 +70,20 @@ def masking(
     return mask
 
 
-def step_with(zero_grad=True, clip=True, schedule=True):
-    def step(model, batch, optimizer, scheduler, max_grad_norm):
-        loss = model(**batch).loss
-        loss.backward()
+def accumulate_with(zero_grad=True, clip=True, schedule=True, share="tokens", step_each=False):
+    """An accumulation step as a learner may write it; the defaults are right."""
+
+    def step(model, batches, optimizer, scheduler, max_grad_norm):
+        hidden = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in batches)
+        total = 0.0
+        for batch in batches:
+            n = int((batch["labels"] != IGNORE_INDEX).sum())
+            loss = model(**batch).loss * {"tokens": n / hidden, "batches": 1 / len(batches), "none": 1.0}[share]
+            loss.backward()
+            total += loss.item()
+            if step_each:
+                optimizer.step()
+                optimizer.zero_grad()
         if clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         optimizer.step()
@@ -81,7 +91,7 @@ def step_with(zero_grad=True, clip=True, schedule=True):
             scheduler.step()
         if zero_grad:
             optimizer.zero_grad()
-        return loss.item()
+        return total
 
     return step
 
@@ -183,14 +193,20 @@ CHECKS = {
             (masking(swap=True), "in this order"),
         ],
     ),
-    "check_train_step": (
-        step_with(),
+    "check_accumulation_step": (
+        accumulate_with(),
         [
-            (step_with(zero_grad=False), "call optimizer.zero_grad()"),
-            (step_with(clip=False), "clip the gradient norm"),
-            (step_with(schedule=False), "scheduler.step()"),
-            (lambda m, b, o, s, g: m(**b).loss.item(), "your weights did not change"),
-            (lambda m, b, o, s, g: step_with()(m, b, o, s, g) and m(**b).loss, "return loss.item(), a float"),
+            (accumulate_with(zero_grad=False), "call optimizer.zero_grad()"),
+            (accumulate_with(clip=False), "clip the gradient norm"),
+            (accumulate_with(schedule=False), "scheduler.step()"),
+            (accumulate_with(share="batches"), "weigh each batch by its share"),
+            (accumulate_with(step_each=True), "one optimiser step per window"),
+            (lambda m, bs, o, s, g: sum(m(**b).loss.item() for b in bs), "your weights did not change"),
+            (
+                lambda m, bs, o, s, g: accumulate_with()(m, bs, o, s, g) and m(**bs[0]).loss,
+                "return a float",
+            ),
+            (lambda m, bs, o, s, g: accumulate_with()(m, bs, o, s, g) * 2, "the window's loss per hidden token"),
         ],
     ),
     "check_masked_lm_loss": (
@@ -306,7 +322,7 @@ def test_check_value_accepts_the_right_number_rejects_others_and_waits_for_an_an
     "exercise, given, right, wrong",
     [
         ("0.2", {"vocab_size": 30522}, math.log(30522), 1 / 30522),
-        ("2.2", {"mlm_probability": 0.15}, 0.0034, 0.15),
+        ("2.2", {"mlm_probability": 0.15}, (0.0034, 0.15), (0.15, 0.15)),
         ("2.3", {"mlm_probability": 0.15}, 19, 18),
     ],
 )
@@ -315,3 +331,31 @@ def test_computed_answers_are_computed_from_what_the_notebook_gives(exercise, gi
     assert ex.check_answer(exercise, wrong, **given) is False
     assert ex.check_answer(exercise, ..., **given) is None
     assert "not done yet" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "answer, hint",
+    [
+        ((0.3375, 0.15), "token masking: that is a percentage"),
+        ((0.45, 0.15), "token masking: adding the three chances"),
+        ((0.15, 0.15), "token masking: that is one piece's chance"),
+        ((0.0225, 0.15), "token masking: three pieces, three draws"),
+        ((0.002, 0.15), "token masking: each of the three pieces is drawn on its own"),
+        ((0.003375, 15), "whole-word masking: that is a percentage"),
+        ((0.003375, 0.003375), "whole-word masking: that is token masking's chance"),
+        ((0.003375, 0.45), "whole-word masking: whole-word masking draws once per word, not once per piece: nothing"),
+        ((0.003375, 0.5), "whole-word masking: whole-word masking draws once per word, and"),
+        (0.003375, "give 2 numbers: (token masking, whole-word masking)"),
+    ],
+)
+def test_exercise_2_2_checks_both_parts_with_a_hint_per_wrong_answer(answer, hint, capsys):
+    assert ex.check_answer("2.2", answer, mlm_probability=0.15) is False
+    out = capsys.readouterr().out
+    assert hint in out, out
+
+
+def test_exercise_2_2_waits_for_each_part_and_accepts_the_exact_chances(capsys):
+    assert ex.check_answer("2.2", (..., 0.15), mlm_probability=0.15) is None
+    assert ex.check_answer("2.2", (0.15**3, ...), mlm_probability=0.15) is None
+    assert ex.check_answer("2.2", (0.3**3, 0.3), mlm_probability=0.3) is True
+    assert "correct" in capsys.readouterr().out

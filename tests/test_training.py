@@ -228,6 +228,37 @@ def test_callbacks_stop_on_a_time_budget_and_see_every_step(smoke_tokenizer, smo
     assert all(training for _, training in every.seen)  # called mid-training, in train mode
 
 
+def test_an_epoch_stopped_then_resumed_is_one_row_of_the_epoch_table(tmp_path, smoke_tokenizer):
+    """A callback (a time budget) stops epoch 1 at step 3 of 4; notebook 03 run again resumes it. Its
+    history has one record per epoch, 1 then 2 (not epoch 1 twice), and the resumed epoch 1 counts
+    the masked tokens of both parts: those of an uninterrupted epoch 1, whose masks are the same."""
+    from hp_mlm.models import build_smoke_model
+    from hp_mlm.training import Callback
+
+    class StopAtStep3(Callback):
+        def on_step(self, model, step):
+            return step["step"] == 3
+
+    rows = tokenised(smoke_tokenizer, SENTENCES * 2)  # 16 rows, batches of 4: 4 steps per epoch
+    settings = smoke_settings(epochs=2, batch_size=4)
+    whole = fit(build_smoke_model(smoke_tokenizer), smoke_tokenizer, rows, settings)
+    stopped = fit(
+        build_smoke_model(smoke_tokenizer),
+        smoke_tokenizer,
+        rows,
+        settings,
+        callbacks=[StopAtStep3()],
+        output_dir=tmp_path,
+        resume=True,
+    )
+    assert [e["epoch"] for e in stopped["epochs"]] == [1] and stopped["epochs"][0]["batches_done"] == 3
+    resumed = fit(build_smoke_model(smoke_tokenizer), smoke_tokenizer, rows, settings, output_dir=tmp_path, resume=True)
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2]
+    assert "batches_done" not in resumed["epochs"][0]
+    assert [e["masked_tokens"] for e in resumed["epochs"]] == [e["masked_tokens"] for e in whole["epochs"]]
+    assert resumed["epochs"][0]["seconds"] >= stopped["epochs"][0]["seconds"]
+
+
 def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES)
     seen = []

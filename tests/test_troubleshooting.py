@@ -76,10 +76,18 @@ def test_the_page_and_the_table_name_the_same_entries_and_functions():
         (["train", "--profile", "smoke", "--batch-size", "0"], "a-setting-is-out-of-range-or-unknown"),
         (["train", "--profile", "smoke", "--dataset", "no/such/file.txt"], "the-data-cannot-be-read"),
         (["predict", "no mask here", "--model", "hp_mlm:smoke-bert"], "fill-mask-and-targets"),
+        (["evaluate", "--profile", "smoke", "--model", "./no_such_model"], "the-model-cannot-be-loaded"),
+        (["evaluate", "--model", "hp_mlm:smoke-bert", "--dataset", "./no_such_data.txt"], "the-data-cannot-be-read"),
+        (["train", "--profile", "smoke", "--probes", "no_such_probes.jsonl"], "the-probes-file"),
+        (
+            ["predict", "Harry [MASK].", "--profile", "smoke", "--trained-model", "no_such.zip"],
+            "a-handed-out-trained-model",
+        ),
+        (["handout", "--profile", "smoke"], "a-handed-out-trained-model"),
     ],
 )
 def test_a_deliberate_error_at_the_command_line_ends_with_its_entry(argv, anchor, tmp_path, capsys):
-    status = cli.main([*argv, "--output-dir", str(tmp_path)] if argv[0] == "train" else argv)
+    status = cli.main([*argv, "--output-dir", str(tmp_path)] if argv[0] in ("train", "handout") else argv)
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1 and err[0].startswith("error: ")
     assert err[0].endswith(f" (help: {PAGE}#{anchor})"), err[0]

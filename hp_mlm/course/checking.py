@@ -127,14 +127,32 @@ def per_token(batches) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, torch.cat([la[la != IGNORE_INDEX] for _, la in batches])
 
 
-def reference_steps(model, batches, max_grad_norm: float, skip: str = "") -> tuple[list[float], float, Any]:
-    """Run the reference inner loop on ``model``; ``skip`` leaves one part out (or misplaces it)."""
+def masked_windows() -> list[list[dict[str, torch.Tensor]]]:
+    """Two accumulation windows of two masked batches each (batches with different numbers of hidden tokens)."""
+    batches = masked_batches(4)
+    return [batches[:2], batches[2:]]
+
+
+def reference_steps(model, windows, max_grad_norm: float, skip: str = "") -> tuple[list[float], float, Any]:
+    """Run the reference inner loop with gradient accumulation on ``model``: one optimiser step per window
+    of batches, each batch's loss weighted by its share of the window's hidden tokens. ``skip`` leaves one
+    part out or gets it wrong (a key of ``TRAIN_STEP_MISTAKES``). Returns (each window's loss per hidden
+    token, the last learning rate, the model)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
     scheduler = build_scheduler(optimizer, 4, 0.0, "linear")
     losses = []
-    for batch in batches:
-        loss = model(**batch).loss
-        loss.backward()
+    for window in windows:
+        hidden = sum(int((b["labels"] != IGNORE_INDEX).sum()) for b in window)
+        total = 0.0
+        for batch in window:
+            n = int((batch["labels"] != IGNORE_INDEX).sum())
+            share = 1 / len(window) if skip == "mean_of_means" else n / hidden
+            loss = model(**batch).loss * share  # the batch's mean over its hidden tokens, times its share
+            loss.backward()
+            total += loss.item()
+            if skip == "step_per_batch":
+                optimizer.step()
+                optimizer.zero_grad()
         if skip == "zero_grad_before_step":
             optimizer.zero_grad()
         if skip != "clip":
@@ -144,7 +162,7 @@ def reference_steps(model, batches, max_grad_norm: float, skip: str = "") -> tup
             scheduler.step()
         if skip != "zero_grad":
             optimizer.zero_grad()
-        losses.append(loss.item())
+        losses.append(total)
     return losses, scheduler.get_last_lr()[0], model
 
 
@@ -156,6 +174,11 @@ TRAIN_STEP_MISTAKES = {
     "clip": "clip the gradient norm (torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)) "
     "after backward() and before optimizer.step()",
     "schedule": "advance the learning rate with scheduler.step() after every optimizer.step()",
+    "mean_of_means": "weigh each batch by its share of the window's hidden tokens: multiply its loss by (its hidden "
+    "tokens) / (the window's); equal weights (the losses added up, or each divided by the number of batches) let a "
+    "batch with few hidden tokens count as much as a full one",
+    "step_per_batch": "one optimiser step per window: backward() on every batch, then clip, optimizer.step(), "
+    "scheduler.step() and zero_grad() once, after the window's last batch",
 }
 
 
@@ -182,11 +205,6 @@ ANSWERS: dict[str, Callable[..., tuple[float, str]]] = {
         math.log(vocab_size),
         "a uniform guess gives each token 1 / vocabulary size; the loss is -ln(the right token's probability), in nats",
     ),
-    "2.2": lambda mlm_probability: (
-        mlm_probability**3,
-        "each of the three pieces is drawn on its own with probability "
-        "mlm_probability: compute the exact chance (a measurement over draws is only near it)",
-    ),
     "2.3": lambda mlm_probability: (
         math.ceil(math.log(0.05) / math.log(1 - mlm_probability)),
         "a token escapes n epochs with probability (1 - p)^n: find the first whole n with 1 - (1 - p)^n >= 0.95",
@@ -194,11 +212,80 @@ ANSWERS: dict[str, Callable[..., tuple[float, str]]] = {
 }
 
 
+def two_pieces_answers(p: float) -> list[tuple[str, float, str, list[tuple[float, str]]]]:
+    """Exercise 2.2's two parts, at ``mlm_probability`` ``p``: (part, right value, hint, known wrong values
+    each with its own hint)."""
+    percent = "that is a percentage: give a fraction in [0, 1]"
+    return [
+        (
+            "token masking",
+            p**3,
+            "each of the three pieces is drawn on its own with probability mlm_probability: the exact chance "
+            "that all three are drawn (a measurement over draws is only near it)",
+            [
+                (100 * p**3, percent),
+                (
+                    3 * p,
+                    "adding the three chances gives the chance of at least one (roughly), not of all three: "
+                    "independent draws that must all happen multiply",
+                ),
+                (p, "that is one piece's chance: with token masking each piece is drawn on its own"),
+                (p**2, "three pieces, three draws: the power is 3"),
+            ],
+        ),
+        (
+            "whole-word masking",
+            p,
+            "whole-word masking draws once per word, and a drawn word has every piece hidden",
+            [
+                (100 * p, percent),
+                (p**3, "that is token masking's chance: whole-word masking draws once per word, not once per piece"),
+                (3 * p, "whole-word masking draws once per word, not once per piece: nothing to add up"),
+            ],
+        ),
+    ]
+
+
+def check_parts(exercise: str, value: Any, parts: list[tuple[str, float, str, list[tuple[float, str]]]]) -> bool | None:
+    """An answer of several numbers (a tuple, one per part): each part against its right value, a known wrong
+    value getting its own hint. ``...`` (the whole answer or a part) is "not done yet"."""
+
+    def run() -> str:
+        if value is None or value is Ellipsis:
+            raise NotDone
+        names = ", ".join(name for name, *_ in parts)
+        require(isinstance(value, (tuple, list)) and len(value) == len(parts), f"give {len(parts)} numbers: ({names})")
+        if any(v is None or v is Ellipsis for v in value):
+            raise NotDone
+        for given, (name, right, hint, wrongs) in zip(value, parts):
+            try:
+                number = float(given)
+            except (TypeError, ValueError):
+                raise Wrong(f"{name}: give a number, not {type(given).__name__}") from None
+            if math.isclose(number, right, rel_tol=0.02, abs_tol=1e-9):
+                continue
+            for wrong, why in wrongs:
+                require(
+                    not math.isclose(number, wrong, rel_tol=0.02, abs_tol=1e-9),
+                    f"{name}: {why} (your answer: {number:g})",
+                )
+            require(False, f"{name}: {hint} (your answer: {number:g})")
+        return "; ".join(f"{name}: {float(v):g}" for v, (name, *_) in zip(value, parts))
+
+    return verdict(exercise, run)
+
+
+#: Answers of several parts: exercise -> the parts from what the notebook gives.
+PARTS: dict[str, Callable[..., list]] = {"2.2": lambda mlm_probability: two_pieces_answers(mlm_probability)}
+
+
 def check_answer(exercise: str, value: Any, **given: Any) -> bool | None:
-    """A computed answer of ``exercise`` (see ``ANSWERS``), from the values the notebook ``given``s
-    (e.g. ``vocab_size=len(tokenizer)``), so that the notebook's cell does not show the answer."""
+    """A computed answer of ``exercise`` (see ``ANSWERS`` and ``PARTS``), from the values the notebook
+    ``given``s (e.g. ``vocab_size=len(tokenizer)``), so that the notebook's cell does not show the answer."""
+    if exercise in PARTS:
+        return check_parts(exercise, value, PARTS[exercise](**given))
     right, hint = ANSWERS[exercise](**given)
-    return check_value(exercise, value, right, hint, rel_tol=0.02 if exercise == "2.2" else 1e-3)
+    return check_value(exercise, value, right, hint)
 
 
 def scheduled_rates(total: int, peak: float, warmup: int) -> list[float]:

@@ -22,24 +22,27 @@ from hp_mlm.training import build_scheduler
 
 
 # --- notebook 03 -------------------------------------------------------------------------------
-def check_train_step(step: Callable) -> bool | None:
-    """Exercise 3.1: ``step(model, batch, optimizer, scheduler, max_grad_norm) -> loss (float)``.
+def check_accumulation_step(step: Callable) -> bool | None:
+    """Exercise 3.1: ``step(model, batches, optimizer, scheduler, max_grad_norm) -> loss (float)``: one
+    optimiser step over an accumulation window of batches, the loss per hidden token of the window.
 
-    Three steps of your function on a tiny BERT (no dropout, SGD, a decaying rate, clipping at 0.1)
-    against the reference loop forward, backward, clip, step, schedule, zero_grad.
+    Two windows of two batches with different numbers of hidden tokens, on a tiny BERT (no dropout,
+    SGD, a decaying rate, clipping at 0.1), against the reference: each batch's loss times its share of
+    the window's hidden tokens, backward on each, then clip, step, schedule, zero_grad once (the step
+    that one batch of all the window's rows would make: ``training.training_step``).
     """
 
     def run() -> str:
-        base, batches = kit.tiny_model(kit.check_tokenizer()), kit.masked_batches()
+        base, windows = kit.tiny_model(kit.check_tokenizer()), kit.masked_windows()
         model = copy.deepcopy(base)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
         scheduler = build_scheduler(optimizer, 4, 0.0, "linear")
-        losses = [call(step, model, batch, optimizer, scheduler, 0.1) for batch in batches]
+        losses = [call(step, model, window, optimizer, scheduler, 0.1) for window in windows]
         require(
             all(isinstance(loss, float) for loss in losses),
-            "return loss.item(), a float: the tensor would keep the batch's whole graph alive",
+            "return a float (loss.item() of each batch, added up): a tensor would keep the batches' graphs alive",
         )
-        right_losses, right_lr, right = kit.reference_steps(copy.deepcopy(base), batches, 0.1)
+        right_losses, right_lr, right = kit.reference_steps(copy.deepcopy(base), windows, 0.1)
 
         def same(other) -> bool:
             return all(torch.allclose(a, b, atol=1e-6) for a, b in zip(model.parameters(), other.parameters()))
@@ -47,19 +50,24 @@ def check_train_step(step: Callable) -> bool | None:
         require(not same(base), kit.TRAIN_STEP_MISTAKES["zero_grad_before_step"])  # nothing learnt at all
         if not same(right) or not close(scheduler.get_last_lr()[0], right_lr):
             for mistake, hint in kit.TRAIN_STEP_MISTAKES.items():
-                _, lr, wrong = kit.reference_steps(copy.deepcopy(base), batches, 0.1, skip=mistake)
+                _, lr, wrong = kit.reference_steps(copy.deepcopy(base), windows, 0.1, skip=mistake)
                 require(not (same(wrong) and close(scheduler.get_last_lr()[0], lr)), hint)
             require(
                 same(right),
-                "after 3 steps your weights differ from the reference loop's: "
-                "forward (model(**batch).loss), backward, clip, optimizer.step(), scheduler.step(), zero_grad",
+                "after 2 windows your weights differ from the reference's: for each batch, model(**batch).loss "
+                "times its share of the window's hidden tokens, backward(); then clip, step, schedule, zero_grad",
             )
             require(False, kit.TRAIN_STEP_MISTAKES["schedule"])
         require(
             all(close(a, b) for a, b in zip(losses, right_losses)),
-            "return loss.item(), the loss of this batch's forward pass",
+            f"return the window's loss per hidden token (the reference's first is {right_losses[0]:.4f}, "
+            f"yours {losses[0]:.4f}): each batch's loss times its share of the window's hidden tokens, added up "
+            "(with clipping, a step from unscaled losses can still look right: the loss shows it)",
         )
-        return "3 steps on a tiny BERT: weights, learning rate and losses equal the reference loop's"
+        hidden = [[int((b["labels"] != IGNORE_INDEX).sum()) for b in w] for w in windows]
+        return (
+            f"2 windows of batches with {hidden} hidden tokens: weights, learning rate and losses equal the reference's"
+        )
 
     return verdict("3.1", run)
 
@@ -195,5 +203,5 @@ __all__ = [
     "check_masked_lm_loss",
     "check_perplexity",
     "check_top_k_accuracy",
-    "check_train_step",
+    "check_accumulation_step",
 ]

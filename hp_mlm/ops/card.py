@@ -22,7 +22,7 @@ from typing import Any
 from hp_mlm.common import atomic_write_text
 from hp_mlm.config import Settings
 from hp_mlm.hub import is_local
-from hp_mlm.inference import EXAMPLE_SENTENCES
+from hp_mlm.inference import example_sentences
 
 CARD = "README.md"
 #: The settings a reader needs to judge or repeat the run (the rest are in the job's metrics.json).
@@ -233,8 +233,8 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "dataset": s.get("dataset", "?"),
         "split": s.get("split", "?"),
         "load_from": repo_id or "path/to/this/folder",
-        "example_left": EXAMPLE_SENTENCES[1].partition("[MASK]")[0],
-        "example_right": EXAMPLE_SENTENCES[1].partition("[MASK]")[2],
+        "example_left": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[0],
+        "example_right": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[2],
         "rows": counted.get("n_rows", "the"),
         "masked": f"{counted['n_positions']:,}" if "n_positions" in counted else "",
         "held_out": table,

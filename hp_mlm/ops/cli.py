@@ -47,10 +47,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def default_model(settings: Settings, log=print) -> str:
-    """The model ``predict``/``evaluate`` use without ``--model``: the profile's fine-tuned model when
-    ``<output_dir>/model`` holds one, else the profile's base model; says which (on stderr)."""
+    """The model ``predict``/``evaluate`` use without ``--model``: a handed-out model (``trained_model``,
+    ``ops.handout``), else the profile's fine-tuned model when ``<output_dir>/model`` holds one, else the
+    profile's base model; says which (on stderr)."""
     from hp_mlm.checkpoints import MODEL_DIR, finished_model
+    from hp_mlm.ops.handout import handed_out_model
 
+    handed = handed_out_model(settings)
+    if handed is not None:
+        log(f"using the model handed out in {settings.trained_model} (trained_model; pass --model to choose another)")
+        return str(handed)
     trained = finished_model(settings.output_dir)
     if trained is not None:
         log(f"using the fine-tuned model in {trained} (pass --model to choose another)")
@@ -69,7 +75,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
 
     if args.max_pieces < 1:  # before the model loads
         raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
-    model_name = args.model or default_model(get_settings(args.profile), log=_note)
+    changes = {"trained_model": args.trained_model} if args.trained_model is not None else {}
+    model_name = args.model or default_model(get_settings(args.profile, **changes), log=_note)
     loaded = load_model(model_name)
     loaded.model.to(run_device())
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
@@ -137,6 +144,17 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_handout(args: argparse.Namespace) -> int:
+    from hp_mlm.ops.handout import make_handout
+
+    settings = _settings(args)
+    archive = make_handout(settings, args.output)
+    size = archive.stat().st_size / 2**20
+    print(f"wrote {archive} ({size:.0f} MB), the model in {settings.output_dir}/model with its settings")
+    print(f"on each laptop: HP_MLM_PROFILE={settings.profile} HP_MLM_TRAINED_MODEL=<path to it> (docs/teaching.md)")
+    return 0
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -201,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "predict": _cmd_predict,
         "evaluate": _cmd_evaluate,
         "compare": _cmd_compare,
+        "handout": _cmd_handout,
     }
     # a warning is one line too, its settings named as flags (e.g. bf16 forced on a CPU without it)
     shown = warnings.formatwarning

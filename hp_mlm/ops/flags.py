@@ -57,6 +57,8 @@ SETTING_HELP = {
     "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
     "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
     "progress": "progress bars (--no-progress for logs and CI)",
+    "trained_model": "a fine-tuned model handed out to the room: the .zip (or its folder) made by "
+    "`python -m hp_mlm handout`; used instead of the profile's own",
     "top_k": "candidates per mask in the examples and probes",
 }
 
@@ -76,8 +78,8 @@ the profile (HP_MLM_PROFILE)."""
 
 #: ``--model`` of predict and evaluate: what they use when it is not given (see :func:`default_model`).
 MODEL_OR_TRAINED = (
-    "model folder or Hub id (default: the profile's fine-tuned model in <output-dir>/model if it "
-    "exists, else the profile's base model)"
+    "model folder or Hub id (default: a handed-out model (--trained-model, HP_MLM_TRAINED_MODEL), else the "
+    "profile's fine-tuned model in <output-dir>/model if it exists, else the profile's base model)"
 )
 
 
@@ -89,7 +91,7 @@ def _add_setting_flags(
     except ValueError:
         active = Settings()
     for f in fields(Settings):
-        if f.name == "profile" or (only is not None and f.name not in only):
+        if f.name == "profile" or (only is None and f.name == "trained_model") or (only and f.name not in only):
             continue
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
@@ -130,7 +132,7 @@ def or_auto(kind: type) -> Callable[[str], Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The command line: ``train``, ``compare``, ``predict`` and ``evaluate``, each with its flags."""
+    """The command line: ``train``, ``compare``, ``predict``, ``evaluate`` and ``handout``, each with its flags."""
     parser = _Parser(
         prog="python -m hp_mlm",
         description="Fine-tune BERT for masked language modelling on a book corpus, and measure what it learned.",
@@ -142,6 +144,15 @@ def build_parser() -> argparse.ArgumentParser:
     _compare_flags(sub)
     _predict_flags(sub)
     _evaluate_flags(sub)
+    h = sub.add_parser(
+        "handout",
+        help="pack the profile's fine-tuned model into a .zip for a room (learners set HP_MLM_TRAINED_MODEL to it)",
+        formatter_class=argparse.HelpFormatter,
+    )
+    _add_setting_flags(h, only=("output_dir",))
+    h.add_argument(
+        "--output", metavar="FILE", help="where to write the .zip (default <output-dir>/handout-<profile>.zip)"
+    )
     sub.add_parser(
         "doctor", help="check this machine for the course: versions, device, Hub, cache, disk (see its --help)"
     )
@@ -213,6 +224,7 @@ def _predict_flags(sub) -> None:
         default=None,
         help="whose fine-tuned model to use without --model; default $HP_MLM_PROFILE or full",
     )
+    p.add_argument("--trained-model", dest="trained_model", default=None, help=SETTING_HELP["trained_model"])
 
 
 def _evaluate_flags(sub) -> None:
@@ -236,6 +248,7 @@ def _evaluate_flags(sub) -> None:
             "eval_batch_size",
             "max_validation_rows",
             "progress",
+            "trained_model",
         ),
         helps={"model": MODEL_OR_TRAINED},
     )

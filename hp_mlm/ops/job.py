@@ -26,7 +26,7 @@ from hp_mlm.checkpoints import (
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings, auto_defaults
 from hp_mlm.evaluation import evaluate, freeze_whole_words
-from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
+from hp_mlm.inference import example_sentences, examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
 from hp_mlm.ops.push import hub_token, upload_model
@@ -105,9 +105,9 @@ def run_job(
     log_before_training(prep, before, state.num_processes, log)
     history, after = train_and_measure(prep, out, resume, seconds, log, words)
     phase = time.perf_counter()
-    after["probes"], examples = predict(prep, probe_list)
+    after["probes"] = predict(prep, probe_list)
     seconds["predict"] = time.perf_counter() - phase
-    metrics = collect_metrics(prep, before, after, history, examples, seconds)
+    metrics = collect_metrics(prep, before, after, history, seconds)
     phase = time.perf_counter()
     if state.is_main_process:
         save_outputs(prep, history, metrics, out, push_to_hub)
@@ -228,6 +228,9 @@ def measure(
     )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
+    result["examples"] = fill_mask(
+        model, tok, list(example_sentences(s.dataset)), top_k=s.top_k, max_length=s.max_length
+    )
     return result
 
 
@@ -286,16 +289,13 @@ def train_and_measure(
     return history, after
 
 
-def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> tuple[dict[str, Any], list]:
-    """The fine-tuned model's probes and its fill-mask answers for ``inference.EXAMPLE_SENTENCES``."""
-    s, model, tok = prep.settings, prep.loaded.model, prep.loaded.tokenizer
-    probes = score_probes(model, tok, probe_list, s.top_k)
-    examples = fill_mask(model, tok, list(EXAMPLE_SENTENCES), top_k=s.top_k, max_length=s.max_length)
-    return probes, examples
+def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> dict[str, Any]:
+    """The fine-tuned model's probes."""
+    return score_probes(prep.loaded.model, prep.loaded.tokenizer, probe_list, prep.settings.top_k)
 
 
 def collect_metrics(
-    prep: Prepared, before: dict, after: dict, history: dict, examples: list, seconds: dict[str, float]
+    prep: Prepared, before: dict, after: dict, history: dict, seconds: dict[str, float]
 ) -> dict[str, Any]:
     """The dict written to ``metrics.json`` (see :func:`run_job`)."""
     rows_note = "training rows, one random position per row (specials included), a fresh draw per call"
@@ -310,7 +310,10 @@ def collect_metrics(
             "changed": changed_probes(before["probes"], after["probes"]),
         },
         "entities": prep.entities[:50],
-        "examples": [{"text": s, "predictions": p} for s, p in zip(EXAMPLE_SENTENCES, examples)],
+        "examples": [
+            {"text": text, "answers": list(answers), "before": b, "after": a}
+            for (text, answers), b, a in zip(examples(prep.settings.dataset), before["examples"], after["examples"])
+        ],
         "data": {
             **prep.report.__dict__,
             "n_train": len(prep.train_rows),

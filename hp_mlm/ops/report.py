@@ -37,9 +37,7 @@ def format_report(metrics: dict[str, Any]) -> str:
     if p["after"]["n"]:
         lines += _probe_lines(p["before"], p["after"])
     lines.append("")
-    for example in metrics["examples"]:
-        guesses = " | ".join(", ".join(c["token"] for c in mask[:3]) for mask in example["predictions"])
-        lines.append(f"{example['text']}  ->  {guesses}")
+    lines += _example_lines(metrics["examples"])
     for row in p["after"]["rows"]:
         mark = "right" if row["hit_top1"] else "wrong"
         pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
@@ -73,4 +71,17 @@ def _probe_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         lines.append(
             f"{label:<28}{before['candidates_top1']:>10}{after['candidates_top1']:>10}  of {after['n_with_candidates']}"
         )
+    return lines
+
+
+def _example_lines(examples: list[dict[str, Any]]) -> list[str]:
+    """Each example sentence, then at each mask the 3 likeliest tokens before and after fine-tuning, and the
+    corpus's word (marked where the model now puts it first)."""
+    lines = ["examples: the 3 likeliest tokens at each [MASK], before -> after fine-tuning (the corpus's word)"]
+    for example in examples:
+        lines.append(example["text"])
+        for before, after, answer in zip(example["before"], example["after"], example["answers"]):
+            first = ", ".join(c["token"] for c in before[:3]), ", ".join(c["token"] for c in after[:3])
+            mark = "now first" if after and after[0]["token"] == answer else "not first"
+            lines.append(f"    {first[0]}  ->  {first[1]}   ({answer}: {mark})")
     return lines

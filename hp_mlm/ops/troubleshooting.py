@@ -26,6 +26,12 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "data.load_corpus",
         "prepare.check_inputs",
     ),
+    "a-handed-out-trained-model": (
+        "ops.handout.make_handout",
+        "ops.handout.handed_out_model",
+        "ops.handout.check_facts",
+        "ops.handout._extract",
+    ),
     "no-held-out-or-no-training-rows": ("data.train_validation_split", "prepare._prepare", "training.plan_training"),
     "the-model-cannot-be-loaded": (
         "models._check_source",
@@ -93,6 +99,12 @@ BY_TYPE = {
     "OutOfMemory": "out-of-memory",
     "TrainingDiverged": "the-loss-became-nan-or-infinite",
 }
+#: A missing local path (``prepare.MissingPath``), by the setting that gave it.
+BY_SETTING = {
+    "model": "the-model-cannot-be-loaded",
+    "dataset": "the-data-cannot-be-read",
+    "probes": "the-probes-file",
+}
 _BY_FUNCTION = {function: anchor for anchor, functions in ENTRIES.items() for function in functions}
 
 
@@ -115,7 +127,8 @@ def raised_in(error: BaseException) -> str | None:
 
 def entry_for(error: BaseException) -> str | None:
     """The anchor of the entry that explains ``error``, or None (not an error the package raises)."""
-    return BY_TYPE.get(type(error).__name__) or _BY_FUNCTION.get(raised_in(error) or "")
+    by_setting = BY_SETTING.get(getattr(error, "setting", None) or "")
+    return by_setting or BY_TYPE.get(type(error).__name__) or _BY_FUNCTION.get(raised_in(error) or "")
 
 
 def pointer(error: BaseException) -> str:

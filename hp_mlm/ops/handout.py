@@ -1,0 +1,148 @@
+"""A trained model for a room: a teacher fine-tunes once and hands the model to every laptop.
+
+Where training cannot finish in a workshop (a slow laptop, no GPU, no Hub), notebook 04 and its
+exercises still need a fine-tuned model. The teacher makes one, once, on a machine fast enough::
+
+    python -m hp_mlm train --profile offline      # or quick / full: the profile the room will use
+    python -m hp_mlm handout --profile offline    # -> outputs/offline/handout-offline.zip
+
+and each learner points one setting at the file (or at its unpacked folder)::
+
+    HP_MLM_TRAINED_MODEL=handout-offline.zip      # or, in a notebook: %env HP_MLM_TRAINED_MODEL=...
+
+Notebook 04 and ``predict``/``evaluate`` then use it instead of a model of their own; notebook 03
+still trains, for the lesson. The archive holds the saved model (safetensors, tokenizer, model card)
+and ``handout.json``, the settings that decide which rows were trained on. A learner's settings must
+agree on those, or the held-out rows notebook 04 scores could include rows the model trained on.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from hp_mlm.checkpoints import MODEL_DIR, finished_model
+from hp_mlm.config import Settings, env_name
+
+#: The facts a handout records: the settings that decide the base model and which rows were held out.
+FACTS = ("profile", "model", "dataset", "split", "text_column", "seed", "validation_fraction", "max_validation_rows")
+HANDOUT_FILE = "handout.json"
+#: Where a learner's copy goes, inside their output folder (their own card is written there, not in the source).
+HANDOUT_DIR = "handout"
+
+
+def facts(settings: Settings) -> dict[str, Any]:
+    """The settings a handout must share with the room's: ``{name: value}`` for each of ``FACTS``."""
+    return {name: getattr(settings, name) for name in FACTS}
+
+
+def make_handout(settings: Settings, archive: str | Path | None = None) -> Path:
+    """Pack the fine-tuned model in ``settings.output_dir``/model and its ``handout.json`` into a .zip,
+    written atomically (a temporary file renamed into place). Default path:
+    ``<output_dir>/handout-<profile>.zip``. Returns the path.
+
+    Raises:
+        FileNotFoundError: no finished model in the output folder (train first).
+    """
+    model_dir = finished_model(settings.output_dir)
+    if model_dir is None:
+        raise FileNotFoundError(
+            f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR}: run `python -m hp_mlm train --profile "
+            f"{settings.profile}` first (the handout packs the model it saves)"
+        )
+    archive = Path(archive or Path(settings.output_dir) / f"handout-{settings.profile}.zip")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=archive.parent, suffix=".tmp", delete=False) as tmp:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as packed:
+            for path in sorted(model_dir.iterdir()):
+                if path.is_file():
+                    packed.write(path, f"{MODEL_DIR}/{path.name}")
+            packed.writestr(HANDOUT_FILE, json.dumps(facts(settings), indent=2))
+    Path(tmp.name).replace(archive)
+    return archive
+
+
+def handed_out_model(settings: Settings) -> Path | None:
+    """The model folder ``settings.trained_model`` hands out (a .zip from :func:`make_handout`, or its
+    unpacked folder), copied into ``<output_dir>/handout/`` and checked against ``settings``; None when
+    the setting is empty. A second call with the same handout reuses the copy.
+
+    Raises:
+        FileNotFoundError: the path is neither such an archive nor such a folder.
+        ValueError: the handout was trained with other settings (it names them and the profile to set).
+    """
+    if not settings.trained_model:
+        return None
+    source, where = Path(settings.trained_model).expanduser(), f"trained_model ({env_name('trained_model')})"
+    copy = Path(settings.output_dir) / HANDOUT_DIR
+    if zipfile.is_zipfile(source):
+        with zipfile.ZipFile(source) as packed:
+            names = packed.namelist()
+            if HANDOUT_FILE not in names or not any(n.startswith(f"{MODEL_DIR}/") for n in names):
+                raise FileNotFoundError(
+                    f"{where} {str(source)!r} is a .zip without {HANDOUT_FILE} and {MODEL_DIR}/: "
+                    "make it with `python -m hp_mlm handout`"
+                )
+            recorded = json.loads(packed.read(HANDOUT_FILE))
+            check_facts(recorded, settings, source)
+            if not _same_copy(copy, recorded):
+                _replace_folder(copy, lambda into: _extract(packed, into))
+    elif (source / HANDOUT_FILE).is_file() and finished_model(source) is not None:
+        recorded = json.loads((source / HANDOUT_FILE).read_text(encoding="utf-8"))
+        check_facts(recorded, settings, source)
+        if source.resolve() != copy.resolve() and not _same_copy(copy, recorded):
+            _replace_folder(copy, lambda into: shutil.copytree(source, into, dirs_exist_ok=True))
+    else:
+        raise FileNotFoundError(
+            f"{where} {str(source)!r} is neither a .zip nor a folder made by `python -m hp_mlm handout` "
+            f"(a folder holding {HANDOUT_FILE} and {MODEL_DIR}/): check the path, or unset it to train your own"
+        )
+    return copy / MODEL_DIR
+
+
+def check_facts(recorded: dict[str, Any], settings: Settings, source: Path) -> None:
+    """Raise ValueError, in one line, when the handout's settings differ from ``settings`` on any of ``FACTS``."""
+    differ = [n for n in FACTS if n != "profile" and recorded.get(n) != getattr(settings, n)]
+    if differ:
+        said = ", ".join(f"{n} {recorded.get(n)!r} (yours: {getattr(settings, n)!r})" for n in differ)
+        raise ValueError(
+            f"the handout {str(source)!r} was trained in the {recorded.get('profile')} profile with {said}: run with "
+            f"HP_MLM_PROFILE={recorded.get('profile')} and the same settings, or ask for a handout made with yours"
+        )
+
+
+def _same_copy(copy: Path, recorded: dict[str, Any]) -> bool:
+    """Whether ``copy`` already holds a model from a handout with these facts."""
+    mine = copy / HANDOUT_FILE
+    return (
+        mine.is_file() and json.loads(mine.read_text(encoding="utf-8")) == recorded and finished_model(copy) is not None
+    )
+
+
+def _extract(packed: zipfile.ZipFile, into: Path) -> None:
+    """Extract the handout's model and facts only, refusing any member that would land outside ``into``."""
+    for name in packed.namelist():
+        target = (into / name).resolve()
+        if not target.is_relative_to(into.resolve()):
+            raise ValueError(
+                f"the handout holds {name!r}, which points outside its folder: make it again with "
+                "`python -m hp_mlm handout`"
+            )
+        if name == HANDOUT_FILE or (name.startswith(f"{MODEL_DIR}/") and not name.endswith("/")):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(packed.read(name))
+
+
+def _replace_folder(folder: Path, fill) -> None:
+    """Fill a temporary folder beside ``folder`` with ``fill(path)``, then swap it in (no half copy is ever used)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f".{folder.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    fill(tmp)
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.replace(folder)
