@@ -2,7 +2,8 @@
 
 Executes the course notebooks (and their solutions notebooks) one after another in a fresh kernel each,
 as a learner's "Run all" would (kernel start included), and writes the seconds per notebook to
-``benchmarks/results/notebook_times.json``; ``notebooks/tidy.py`` then writes them into each notebook's frame.
+``benchmarks/results/notebook_times.json`` with each kernel's peak memory (Linux's VmHWM, read after every
+cell); ``notebooks/tidy.py`` then writes the times into each notebook's frame.
 ``--inplace`` keeps the executed notebooks (how the committed ones are made, in the offline profile);
 otherwise they run on copies. ``--fresh`` removes the profile's output folder first, so that notebook 03
 trains from scratch and 04 finds 03's model, as in a first run.
@@ -31,18 +32,30 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "notebook_times.json"
 
 
-def run(path: Path, inplace: bool, timeout: int) -> float:
-    """Execute one notebook in its own folder (a copy's, unless ``inplace``); return the wall seconds."""
+def kernel_peak_mib(client: NotebookClient) -> float | None:
+    """The kernel's peak resident memory so far, in MiB (Linux's VmHWM), or None where it cannot be read."""
+    try:
+        status = Path(f"/proc/{client.km.provisioner.process.pid}/status").read_text(encoding="utf-8")
+    except (AttributeError, OSError):
+        return None
+    return next((int(line.split()[1]) / 1024 for line in status.splitlines() if line.startswith("VmHWM:")), None)
+
+
+def run(path: Path, inplace: bool, timeout: int) -> tuple[float, float | None]:
+    """Execute one notebook in its own folder (a copy's, unless ``inplace``); return the wall seconds and
+    the kernel's peak memory in MiB (read after every cell: the peak never falls)."""
     nb = nbformat.read(path, as_version=4)
-    started = time.perf_counter()
+    started, peak = time.perf_counter(), []
     # the kernel runs in the notebook's own folder, so that it finds the course's outputs/ folder
-    NotebookClient(
+    client = NotebookClient(
         nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}
-    ).execute()
+    )
+    client.on_cell_executed = lambda **_: peak.append(kernel_peak_mib(client))
+    client.execute()
     seconds = time.perf_counter() - started
     if inplace:
         nbformat.write(nb, path)
-    return seconds
+    return seconds, max((p for p in peak if p is not None), default=None)
 
 
 def main() -> None:
@@ -69,12 +82,12 @@ def main() -> None:
         "how": "nbclient, one fresh kernel per notebook, kernel start included, in order 00-06 then the solutions",
     }
     for path in paths:
-        seconds = run(path, args.inplace, args.timeout)
-        runs[path.stem] = {"seconds": round(seconds, 1)}
+        seconds, peak = run(path, args.inplace, args.timeout)
+        runs[path.stem] = {"seconds": round(seconds, 1), "peak_memory_mib": peak and round(peak)}
         measured.setdefault("machines", {})[args.profile] = machine
         # written after every notebook, atomically, so that a failure later keeps what was measured
         atomic_write_text(RESULTS, json.dumps(measured, indent=2, sort_keys=True) + "\n")
-        print(f"{path.relative_to(ROOT)}: {seconds:.0f} s", flush=True)
+        print(f"{path.relative_to(ROOT)}: {seconds:.0f} s, kernel peak {peak or 0:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ Regenerate the committed notebooks (the offline profile, from the repository roo
     python notebooks/tidy.py notebooks/0*.ipynb notebooks/solutions/0*.ipynb
 
 The frame's table comes from ``metadata["hp_mlm"]["episode"]`` (the minutes, estimates) and
-``benchmarks/results/notebook_times.json`` (written by ``benchmarks/notebook_times.py``).
+``benchmarks/results/notebook_times.json`` (written by ``benchmarks/notebook_times.py``); so does the
+table of notebooks in ``docs/teaching.md`` (with each kernel's peak memory), which this script rewrites.
 
 ``tests/test_notebooks.py`` fails when a notebook still holds what this script removes.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from hp_mlm.course.episodes import episode_minutes, frame_table
+from hp_mlm.course.episodes import episode_minutes, frame_table, machine_time, schedule_table
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TIMES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "notebook_times.json"
@@ -51,6 +52,45 @@ def refresh_frame(nb: nbformat.NotebookNode, stem: str) -> nbformat.NotebookNode
     return nb
 
 
+TEACHING = Path(__file__).resolve().parent.parent / "docs" / "teaching.md"
+#: A row of docs/teaching.md's table of notebooks: number, name, four measured or estimated cells, what it does.
+TEACHING_ROW = re.compile(r"^\| (0\d) ([^|]+?) \|(?: [^|]* \|){4} ([^|]*) \|$", re.M)
+
+
+def teaching_row(match: re.Match) -> str:
+    """A row of teaching.md's table from the notebook's minutes and its measured offline time and memory."""
+    number, name, what = match.groups()
+    path = next((Path(__file__).resolve().parent).glob(f"{number}_*.ipynb"))
+    minutes = episode_minutes(json.loads(path.read_text(encoding="utf-8")))
+    measured = json.loads(TIMES.read_text(encoding="utf-8"))["profiles"].get("offline", {}).get(path.stem, {})
+    peak = measured.get("peak_memory_mib")
+    memory = f"{peak / 1024:.1f} GB" if peak else "not measured"
+    return (
+        f"| {number} {name} | {minutes['teaching']} min | {minutes['exercises']} min | "
+        f"{machine_time(measured.get('seconds'))} | {memory} | {what} |"
+    )
+
+
+def refresh_teaching(text: str) -> str:
+    """docs/teaching.md with its table of notebooks rewritten from the notebooks and notebook_times.json."""
+    return TEACHING_ROW.sub(teaching_row, text)
+
+
+README = TEACHING.parent.parent / "README.md"
+SCHEDULE = re.compile(r"(<!-- schedule: start -->\n)(.*?)(\n<!-- schedule: end -->)", re.S)
+
+
+def refresh_readme(text: str) -> str:
+    """The README with its workshop schedule rewritten from the notebooks' minutes and the measured times."""
+    stems = sorted(p.stem for p in Path(__file__).resolve().parent.glob("0*.ipynb"))
+    folder = Path(__file__).resolve().parent
+    episodes = [
+        (s, episode_minutes(json.loads((folder / f"{s}.ipynb").read_text(encoding="utf-8"))), machine_times(s))
+        for s in stems
+    ]
+    return SCHEDULE.sub(lambda m: m.group(1) + schedule_table(episodes) + m.group(3), text, count=1)
+
+
 def tidy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """Remove widget outputs, widget state and execution timings from ``nb`` (in place); return it."""
     nb.metadata.pop("widgets", None)
@@ -66,6 +106,9 @@ def main(paths: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         nbformat.write(refresh_frame(tidy(nb), Path(path).stem), path)
         print(f"tidied {Path(path).name}")
+    TEACHING.write_text(refresh_teaching(TEACHING.read_text(encoding="utf-8")), encoding="utf-8")
+    README.write_text(refresh_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
+    print("rewrote the table of notebooks in docs/teaching.md and the README's schedule")
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 
 import pytest
@@ -37,6 +38,7 @@ def test_a_handout_is_one_zip_of_the_model_and_its_settings_written_atomically(t
     facts = json.loads(zipfile.ZipFile(archive).read(HANDOUT_FILE))
     assert facts["profile"] == "smoke" and facts["dataset"] == teacher.dataset and facts["seed"] == teacher.seed
     assert not list(archive.parent.glob("*.tmp"))
+    assert archive.stat().st_mode & 0o044 == 0o044 or os.umask(os.umask(0)) & 0o044, "readable by the room"
 
 
 def test_a_learner_with_one_setting_gets_the_teachers_model_without_training(tmp_path, teacher, smoke_tokenizer):

@@ -19,6 +19,7 @@ agree on those, or the held-out rows notebook 04 scores could include rows the m
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import zipfile
@@ -62,6 +63,9 @@ def make_handout(settings: Settings, archive: str | Path | None = None) -> Path:
                 if path.is_file():
                     packed.write(path, f"{MODEL_DIR}/{path.name}")
             packed.writestr(HANDOUT_FILE, json.dumps(facts(settings), indent=2))
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp.name, 0o666 & ~umask)  # readable by the room, as any file written here (a temporary file is private)
     Path(tmp.name).replace(archive)
     return archive
 
