@@ -98,3 +98,18 @@ def test_the_loss_of_a_uniform_guess_is_a_ceiling_not_a_floor(path):
     for sentence in re.split(r"(?<=[.:;])\s", markdown_of(path)):
         if re.search(r"uniform guess|ln\(", sentence):
             assert not re.search(r"\bfloor\b", sentence), f"{path.name}: {sentence.strip()!r}"
+
+
+#: Phrasings that read a committed run's values into the prose, which a learner's own run may not show.
+PINNED = re.compile(r"\bhere about \d|\bin the committed \(?\w*\)? ?outputs?,|\banswers \"[^\"]+\" with `##", re.I)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_notebook_prose_reads_a_committed_runs_values(path):
+    """What depends on the run is printed by a cell; the prose says what to look for."""
+    assert not PINNED.findall(markdown_of(path)), path.name
+
+
+def test_the_pinned_prose_check_catches_the_old_sentences():
+    old = 'In the committed (offline) outputs, the fine-tuned model answers "Harry [MASK]" with `##wright`'
+    assert PINNED.search(old) and PINNED.search("it is a few points (here about 6)")
