@@ -69,7 +69,8 @@ def test_a_handout_of_other_settings_is_refused_naming_the_profile_to_set(tmp_pa
     archive = make_handout(teacher)
     learner = get_settings("smoke", environ={}, trained_model=str(archive), seed=7, output_dir=str(tmp_path / "me"))
     with pytest.raises(
-        ValueError, match=r"trained in the smoke profile with seed 42 \(yours: 7\).*HP_MLM_PROFILE=smoke"
+        ValueError,
+        match=r"trained in the smoke profile with seed 42 \(yours: 7\).*HP_MLM_PROFILE=smoke, or --profile smoke",
     ):
         handed_out_model(learner)
     assert handed_out_model(learner.replace(trained_model="")) is None
@@ -101,8 +102,11 @@ def test_a_zip_that_is_not_a_handout_or_escapes_its_folder_is_refused(tmp_path):
     with pytest.raises(ValueError, match="points outside its folder"):
         handed_out_model(settings.replace(trained_model=str(evil)))
     assert not (tmp_path / "escaped.txt").exists() and not (tmp_path / "me" / "escaped.txt").exists()
+    with pytest.raises(FileNotFoundError, match="'.*nothing_here.zip': no such file or folder"):
+        handed_out_model(settings.replace(trained_model=str(tmp_path / "nothing_here.zip")))
+    (tmp_path / "a_folder").mkdir()
     with pytest.raises(FileNotFoundError, match="neither a .zip nor a folder"):
-        handed_out_model(settings.replace(trained_model=str(tmp_path / "nothing_here")))
+        handed_out_model(settings.replace(trained_model=str(tmp_path / "a_folder")))
 
 
 def test_the_command_line_makes_a_handout_and_predict_uses_it(tmp_path, teacher, capsys, monkeypatch):

@@ -83,6 +83,10 @@ def handed_out_model(settings: Settings) -> Path | None:
         return None
     source, where = Path(settings.trained_model).expanduser(), f"trained_model ({env_name('trained_model')})"
     copy = Path(settings.output_dir) / HANDOUT_DIR
+    if not source.exists():
+        raise FileNotFoundError(
+            f"{where} {str(source)!r}: no such file or folder; check the path, or unset it to train your own"
+        )
     if zipfile.is_zipfile(source):
         with zipfile.ZipFile(source) as packed:
             names = packed.namelist()
@@ -113,9 +117,10 @@ def check_facts(recorded: dict[str, Any], settings: Settings, source: Path) -> N
     differ = [n for n in FACTS if n != "profile" and recorded.get(n) != getattr(settings, n)]
     if differ:
         said = ", ".join(f"{n} {recorded.get(n)!r} (yours: {getattr(settings, n)!r})" for n in differ)
+        profile = recorded.get("profile")
         raise ValueError(
-            f"the handout {str(source)!r} was trained in the {recorded.get('profile')} profile with {said}: run with "
-            f"HP_MLM_PROFILE={recorded.get('profile')} and the same settings, or ask for a handout made with yours"
+            f"the handout {str(source)!r} was trained in the {profile} profile with {said}: use that profile "
+            f"(HP_MLM_PROFILE={profile}, or --profile {profile}) and the same settings, or ask for a handout made with yours"
         )
 
 
