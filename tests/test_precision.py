@@ -34,7 +34,13 @@ def test_cpu_bf16_is_detected_from_the_cpu_flags():
     ],
 )
 def test_auto_precision_follows_the_hardware(requested, device, cuda_bf16, cpu_bf16, expected):
-    assert resolve_precision(requested, device, cuda_bf16=cuda_bf16, cpu_bf16=cpu_bf16) == expected
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:  # a simulated CPU without bf16: its warning is expected
+        warnings.simplefilter("always")
+        assert resolve_precision(requested, device, cuda_bf16=cuda_bf16, cpu_bf16=cpu_bf16) == expected
+    emulated = [w for w in caught if "no native bf16" in str(w.message)]
+    assert len(emulated) == (requested == "bf16" and device == "cpu" and cpu_bf16 is False)
 
 
 def test_fp16_on_a_cpu_and_bf16_on_an_old_gpu_are_refused_naming_the_way_out():
