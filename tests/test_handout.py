@@ -11,7 +11,7 @@ import torch
 
 from hp_mlm.checkpoints import save_model
 from hp_mlm.config import get_settings
-from hp_mlm.models import load_model
+from hp_mlm.models import build_smoke_model, load_model
 from hp_mlm.ops import cli
 from hp_mlm.ops.handout import HANDOUT_FILE, handed_out_model, make_handout
 
@@ -50,6 +50,11 @@ def test_a_learner_with_one_setting_gets_the_teachers_model_without_training(tmp
     weights = folder / "model.safetensors"
     written = weights.stat().st_mtime_ns
     assert handed_out_model(learner) == folder and weights.stat().st_mtime_ns == written  # reused, not unpacked again
+    retrained = get_settings("smoke", environ={}, output_dir=str(tmp_path / "teacher2"))
+    save_model(build_smoke_model(smoke_tokenizer, seed=1), smoke_tokenizer, tmp_path / "teacher2" / "model")
+    make_handout(retrained, archive)  # the teacher hands out a new model under the same name
+    again = handed_out_model(learner)
+    assert torch.equal(logits(again, smoke_tokenizer), logits(tmp_path / "teacher2" / "model", smoke_tokenizer))
 
 
 def test_an_unpacked_handout_folder_works_and_is_copied_not_written_to(tmp_path, teacher):

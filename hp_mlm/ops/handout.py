@@ -76,7 +76,7 @@ def handed_out_model(settings: Settings) -> Path | None:
     the setting is empty. A second call with the same handout reuses the copy.
 
     Raises:
-        FileNotFoundError: the path is neither such an archive nor such a folder.
+        FileNotFoundError: the path does not exist, or is neither such an archive nor such a folder.
         ValueError: the handout was trained with other settings (it names them and the profile to set).
     """
     if not settings.trained_model:
@@ -95,15 +95,14 @@ def handed_out_model(settings: Settings) -> Path | None:
                     f"{where} {str(source)!r} is a .zip without {HANDOUT_FILE} and {MODEL_DIR}/: "
                     "make it with `python -m hp_mlm handout`"
                 )
-            recorded = json.loads(packed.read(HANDOUT_FILE))
-            check_facts(recorded, settings, source)
-            if not _same_copy(copy, recorded):
-                _replace_folder(copy, lambda into: _extract(packed, into))
+            check_facts(json.loads(packed.read(HANDOUT_FILE)), settings, source)
+            if not _same_copy(copy, stamp(source)):
+                _replace_folder(copy, lambda into: _extract(packed, into), stamp(source))
     elif (source / HANDOUT_FILE).is_file() and finished_model(source) is not None:
-        recorded = json.loads((source / HANDOUT_FILE).read_text(encoding="utf-8"))
-        check_facts(recorded, settings, source)
-        if source.resolve() != copy.resolve() and not _same_copy(copy, recorded):
-            _replace_folder(copy, lambda into: shutil.copytree(source, into, dirs_exist_ok=True))
+        check_facts(json.loads((source / HANDOUT_FILE).read_text(encoding="utf-8")), settings, source)
+        weights = source / MODEL_DIR / "model.safetensors"
+        if source.resolve() != copy.resolve() and not _same_copy(copy, stamp(weights)):
+            _replace_folder(copy, lambda into: shutil.copytree(source, into, dirs_exist_ok=True), stamp(weights))
     else:
         raise FileNotFoundError(
             f"{where} {str(source)!r} is neither a .zip nor a folder made by `python -m hp_mlm handout` "
@@ -124,12 +123,21 @@ def check_facts(recorded: dict[str, Any], settings: Settings, source: Path) -> N
         )
 
 
-def _same_copy(copy: Path, recorded: dict[str, Any]) -> bool:
-    """Whether ``copy`` already holds a model from a handout with these facts."""
-    mine = copy / HANDOUT_FILE
-    return (
-        mine.is_file() and json.loads(mine.read_text(encoding="utf-8")) == recorded and finished_model(copy) is not None
-    )
+STAMP_FILE = ".copied_from.json"
+
+
+def stamp(path: Path) -> dict[str, Any]:
+    """What identifies the handout a copy came from: its path, size and modification time (a new handout
+    at the same path, or a retrained model in the same folder, is copied again)."""
+    found = path.stat()
+    return {"path": str(path.resolve()), "size": found.st_size, "mtime_ns": found.st_mtime_ns}
+
+
+def _same_copy(copy: Path, source_stamp: dict[str, Any]) -> bool:
+    """Whether ``copy`` already holds the model of the handout with this stamp."""
+    mine = copy / STAMP_FILE
+    same = mine.is_file() and json.loads(mine.read_text(encoding="utf-8")) == source_stamp
+    return same and finished_model(copy) is not None
 
 
 def _extract(packed: zipfile.ZipFile, into: Path) -> None:
@@ -146,12 +154,14 @@ def _extract(packed: zipfile.ZipFile, into: Path) -> None:
             target.write_bytes(packed.read(name))
 
 
-def _replace_folder(folder: Path, fill) -> None:
-    """Fill a temporary folder beside ``folder`` with ``fill(path)``, then swap it in (no half copy is ever used)."""
+def _replace_folder(folder: Path, fill, source_stamp: dict[str, Any]) -> None:
+    """Fill a temporary folder beside ``folder`` with ``fill(path)`` and the source's stamp, then swap it in
+    (no half copy is ever used)."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = folder.with_name(f".{folder.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     fill(tmp)
+    (tmp / STAMP_FILE).write_text(json.dumps(source_stamp), encoding="utf-8")
     shutil.rmtree(folder, ignore_errors=True)
     tmp.replace(folder)
