@@ -13,19 +13,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "notebooks"))
+from test_links import markdown_of  # noqa: E402
 from tidy import TEACHING_ROW, refresh_teaching  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
 NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 TEACHING = ROOT / "docs" / "teaching.md"
-
-
-def markdown_of(path: Path) -> str:
-    if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    return path.read_text(encoding="utf-8")
 
 
 def said_counts(text: str) -> list[int]:

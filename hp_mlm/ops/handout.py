@@ -96,13 +96,14 @@ def handed_out_model(settings: Settings) -> Path | None:
                     "make it with `python -m hp_mlm handout`"
                 )
             check_facts(json.loads(packed.read(HANDOUT_FILE)), settings, source)
-            if not _same_copy(copy, stamp(source)):
-                _replace_folder(copy, lambda into: _extract(packed, into), stamp(source))
+            came_from = stamp(source)
+            if not _same_copy(copy, came_from):
+                _replace_folder(copy, lambda into: _extract(packed, into), came_from)
     elif (source / HANDOUT_FILE).is_file() and finished_model(source) is not None:
         check_facts(json.loads((source / HANDOUT_FILE).read_text(encoding="utf-8")), settings, source)
-        weights = source / MODEL_DIR / "model.safetensors"
-        if source.resolve() != copy.resolve() and not _same_copy(copy, stamp(weights)):
-            _replace_folder(copy, lambda into: shutil.copytree(source, into, dirs_exist_ok=True), stamp(weights))
+        came_from = stamp(source / MODEL_DIR / "model.safetensors")
+        if source.resolve() != copy.resolve() and not _same_copy(copy, came_from):
+            _replace_folder(copy, lambda into: shutil.copytree(source, into, dirs_exist_ok=True), came_from)
     else:
         raise FileNotFoundError(
             f"{where} {str(source)!r} is neither a .zip nor a folder made by `python -m hp_mlm handout` "
