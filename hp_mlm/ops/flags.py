@@ -91,7 +91,8 @@ def _add_setting_flags(
     except ValueError:
         active = Settings()
     for f in fields(Settings):
-        if f.name == "profile" or (only is None and f.name == "trained_model") or (only and f.name not in only):
+        hidden = f.name == "trained_model" if only is None else f.name not in only  # a handout: predict/evaluate only
+        if f.name == "profile" or hidden:
             continue
         shown = getattr(active, f.name)
         shown = "auto" if shown is None else str(shown).replace("%", "%%")  # argparse formats help with %
