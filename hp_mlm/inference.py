@@ -3,7 +3,7 @@
 Taught in ``notebooks/04_evaluation.ipynb``. Gives the same tokens and scores as
 ``transformers.pipeline("fill-mask")`` (a test checks it), also with ``targets`` (score only some
 candidate words; a word of several pieces is scored whole by ``scoring.score_words``, where the
-pipeline scores its first piece), predicts whole words with ``whole_words=True``
+pipeline scores its first piece), predicts whole words in :func:`fill_words`
 (``scoring.predict_words``), and handles sentences with several masks, long sentences and bad input
 with clear errors.
 """
@@ -62,8 +62,21 @@ def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBas
     return [(word, list(pieces)) for pieces, word in found.items()]
 
 
-def _masked_texts(sentences: Sequence[str], tokenizer: PreTrainedTokenizerBase, limit: int) -> list[str]:
-    """The sentences with the tokenizer's mask token, each checked (see :func:`fill_mask`'s errors)."""
+def _masked_texts(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, sentences: Sequence[str] | str, top_k: int, limit: int
+) -> list[str]:
+    """The sentences with the tokenizer's mask token, each checked, and ``top_k`` checked (see
+    :func:`fill_mask`'s errors)."""
+    sentences = [sentences] if isinstance(sentences, str) else sentences
+    if len(sentences) == 0:
+        raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
+    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
+    if top_k < 1:
+        raise ValueError(f"top_k must be >= 1, got {top_k}")
+    if top_k > vocab_size:
+        raise ValueError(
+            f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
+        )
     texts = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str) or not sentence.strip():
@@ -93,14 +106,13 @@ def fill_mask(
     top_k: int = 5,
     max_length: int | None = None,
     targets: Sequence[str] | str | None = None,
-    whole_words: bool = False,
-    max_pieces: int = 4,
 ) -> list[list[list[dict[str, Any]]]]:
     """Top-k candidates for every mask token in every sentence, masks in left-to-right order.
 
     Scores are the softmax over the vocabulary at each mask position, as in
     ``pipeline("fill-mask")``. ``[MASK]`` and ``<mask>`` are both read as the tokenizer's mask
-    token. Runs in eval mode under ``no_grad`` and restores the model's mode.
+    token. Runs in eval mode under ``no_grad`` and restores the model's mode. For whole words of
+    several pieces at each mask instead of one token, see :func:`fill_words`.
 
     Args:
         sentences: one string or a list of strings, each with at least one mask token.
@@ -113,8 +125,6 @@ def fill_mask(
             scores can sum to less than 1 (``pipeline("fill-mask")(..., targets=...)`` gives the same);
             a word of several pieces is scored whole, by PLL-word-l2r (``scoring.score_words``), at
             the place the mask marks.
-        whole_words: predict whole words of 1 to ``max_pieces`` pieces at each mask instead of one
-            token (``scoring.predict_words``: a beam of 5, ``max_pieces`` forward passes per mask).
     Returns:
         ``result[s][m]`` is the list for mask ``m`` of sentence ``s``: ``top_k`` dicts (fewer with ``targets``)
         ``{"token": str, "token_id": int or None, "score": float in [0, 1], "is_subword": bool,
@@ -124,28 +134,12 @@ def fill_mask(
     Raises:
         ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
             shows the tokenizer's mask token); a mask that truncation at that limit would cut
-            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`);
-            both ``targets`` and ``whole_words``.
+            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`).
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
-    sentences = [sentences] if isinstance(sentences, str) else sentences
-    if len(sentences) == 0:
-        raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
-    config = getattr(model, "config", None)
-    vocab_size = getattr(config, "vocab_size", None) or len(tokenizer)
-    if top_k < 1:
-        raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_k > vocab_size:
-        raise ValueError(
-            f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
-        )
-    if whole_words and targets is not None:
-        raise ValueError("pass targets (score these words) or whole_words (predict words), not both")
-    chosen = None if targets is None else target_words(targets, tokenizer)
     limit = length_limit(model, tokenizer, max_length)
-    texts = _masked_texts(sentences, tokenizer, limit)
-    if whole_words:
-        return [_whole_words(model, tokenizer, text, top_k, max_pieces, limit) for text in texts]
+    texts = _masked_texts(model, tokenizer, sentences, top_k, limit)
+    chosen = None if targets is None else target_words(targets, tokenizer)
     device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
     lower = f"`max_length` (now {limit}) or pass fewer sentences at once (now {len(texts)})"
@@ -163,6 +157,38 @@ def fill_mask(
             else:
                 per_mask.append(_targets_at(model, tokenizer, texts[row], m, probs, chosen, top_k, limit))
         results.append(per_mask)
+    return results
+
+
+def fill_words(
+    model: nn.Module,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: Sequence[str] | str,
+    top_k: int = 5,
+    max_length: int | None = None,
+    max_pieces: int = 4,
+) -> list[list[list[dict[str, Any]]]]:
+    """Like :func:`fill_mask`, but each answer is a whole word of 1 to ``max_pieces`` word pieces.
+
+    Each mask marks the place of a word (``scoring.predict_words``: a left-to-right beam of 5 per length,
+    ``max_pieces`` forward passes per mask, ranked by PLL-word-l2r; punctuation is not a word).
+
+    Returns:
+        ``result[s][m]``: up to ``top_k`` answers as :func:`fill_mask` gives them (``token`` the word,
+        ``token_id`` None for a word of several pieces, ``is_subword`` False), best first.
+    Raises:
+        ValueError: as :func:`fill_mask`; ``max_pieces`` < 1.
+        common.OutOfMemory: see ``scoring.log_probs_at``.
+    """
+    limit = length_limit(model, tokenizer, max_length)
+    results = []
+    for text in _masked_texts(model, tokenizer, sentences, top_k, limit):
+        n_masks = tokenizer(text)["input_ids"].count(tokenizer.mask_token_id)
+        found = [
+            predict_words(model, tokenizer, text, top_k, max_pieces, mask_index=m, max_length=limit)
+            for m in range(n_masks)
+        ]
+        results.append([[_word(w, w["word"]) for w in words] for words in found])
     return results
 
 
@@ -184,28 +210,19 @@ def _targets_at(model, tokenizer, text, mask_index, probs, chosen, top_k, limit)
     ids = [tokenizer.convert_tokens_to_ids(p[0]) for _, p in chosen if len(p) == 1]
     answers = [_token(tokenizer, i, probs[i].item()) for i in ids]
     longer = [word for word, p in chosen if len(p) > 1]
-    if longer:
-        for item in score_words(model, tokenizer, text, longer, mask_index=mask_index, max_length=limit):
-            word = tokenizer.convert_tokens_to_string(item["pieces"]).strip()
-            answers.append(
-                {"token": word, "token_id": None, "score": item["score"], "is_subword": False, "pieces": item["pieces"]}
-            )
+    for item in score_words(model, tokenizer, text, longer, mask_index, limit) if longer else []:
+        answers.append(_word(item, tokenizer.convert_tokens_to_string(item["pieces"]).strip()))
     return sorted(answers, key=lambda a: -a["score"])[: min(top_k, len(chosen))]
 
 
-def _whole_words(model, tokenizer, text, top_k, max_pieces, limit) -> list[list[dict[str, Any]]]:
-    """``scoring.predict_words`` at every mask of one sentence, as ``fill_mask`` answers."""
-    n_masks = sum(1 for t in tokenizer(text)["input_ids"] if t == tokenizer.mask_token_id)
-    return [
-        [
-            {
-                "token": w["word"],
-                "token_id": w["piece_ids"][0] if w["n_pieces"] == 1 else None,
-                "score": w["score"],
-                "is_subword": False,
-                "pieces": w["pieces"],
-            }
-            for w in predict_words(model, tokenizer, text, top_k, max_pieces, mask_index=m, max_length=limit)
-        ]
-        for m in range(n_masks)
-    ]
+def _word(item: dict[str, Any], token: str) -> dict[str, Any]:
+    """A word of ``scoring.score_words`` or ``scoring.predict_words``, written ``token``, as one answer
+    (a ``token_id`` only for a word that is one vocabulary token)."""
+    one_token = item["n_pieces"] == 1
+    return {
+        "token": token,
+        "token_id": item["piece_ids"][0] if one_token else None,
+        "score": item["score"],
+        "is_subword": False,
+        "pieces": item["pieces"],
+    }

@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, mlm_logits, model_device, out_of_memory_in
 from .models import model_max_positions
-from .tokens import continuation_table, pad_batch, replacement_ids, wordlike_table
+from .tokens import continuation_table, replacement_ids, wordlike_table
 
 
 def with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:
@@ -94,7 +94,7 @@ def log_probs_at(
     """Log-softmax over the vocabulary at one position of each row (fp32, eval mode, no grad).
 
     Args:
-        rows: token id lists (special tokens included), padded per pass by ``tokens.pad_batch``.
+        rows: token id lists (special tokens included), padded per pass by ``tokenizer.pad``.
         positions: the position to read in each row.
     Returns:
         FloatTensor[len(rows), vocab] of log-probabilities (nats).
@@ -106,7 +106,7 @@ def log_probs_at(
     with inference_mode(model), out_of_memory_in("scoring words", lower):
         for start in range(0, len(rows), batch_size):
             chunk, where = rows[start : start + batch_size], positions[start : start + batch_size]
-            batch = pad_batch([{"input_ids": list(r), "attention_mask": [1] * len(r)} for r in chunk], tokenizer)
+            batch = tokenizer.pad({"input_ids": [list(r) for r in chunk]}, return_tensors="pt")
             input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
             shift = [input_ids.shape[1] - len(r) if tokenizer.padding_side == "left" else 0 for r in chunk]
             read = torch.zeros_like(input_ids, dtype=torch.bool)
@@ -132,7 +132,6 @@ def score_words(
     words: Sequence[str],
     mask_index: int = 0,
     max_length: int | None = None,
-    original_pll: bool = False,
 ) -> list[dict[str, Any]]:
     """Score candidate words of any number of pieces at the place one mask marks (PLL-word-l2r).
 
@@ -146,12 +145,10 @@ def score_words(
         text: a sentence with at least one ``[MASK]`` (the ``mask_index``-th, from 0, marks the word).
         words: candidate words, e.g. ``["ron", "hermione"]``; each as :func:`word_pieces` reads it.
         max_length: tokens per input at most (default the model's limit); inputs are never truncated.
-        original_pll: also compute the original PLL (each piece masked alone, the word's other pieces
-            visible), reported as ``log_prob_original_pll`` to show how it over-rates long words.
     Returns:
         One dict per word, in the order given: ``{"word", "pieces": [str], "piece_ids": [int],
         "piece_log_probs": [float], "log_prob": float (nats, the sum), "score": exp(log_prob) in [0, 1],
-        "n_pieces": int}`` (and ``log_prob_original_pll``).
+        "n_pieces": int}``.
     Raises:
         ValueError: no words; a bad word (see :func:`word_pieces`); no mask; an input longer than
             ``max_length`` once the word's pieces are in.
@@ -166,37 +163,41 @@ def score_words(
     if longest > limit:
         raise ValueError(f"{text!r} with its longest candidate is {longest} tokens, over max_length={limit}")
     rows, read, wanted = [], [], []
-    copies = 2 if original_pll else 1  # the l2r inputs, then (with original_pll) the original PLL's
     for _, pieces in found:
         piece_ids = tokenizer.convert_tokens_to_ids(pieces)
         rows += l2r_inputs(ids, position, piece_ids, tokenizer.mask_token_id)
-        if original_pll:  # each piece masked alone, the word's other pieces visible
-            full = list(ids[:position]) + piece_ids + list(ids[position + 1 :])
-            rows += [
-                full[: position + i] + [tokenizer.mask_token_id] + full[position + i + 1 :] for i in range(len(pieces))
-            ]
-        read += [position + i for i in range(len(pieces))] * copies
-        wanted += piece_ids * copies
+        read += [position + i for i in range(len(pieces))]
+        wanted += piece_ids
     log_probs = log_probs_at(model, tokenizer, rows, read)
     picked = log_probs[torch.arange(len(wanted)), torch.tensor(wanted)].tolist()
     results, at = [], 0
     for word, pieces in found:
-        k = len(pieces)
-        per_piece = picked[at : at + k]
-        item = {
-            "word": word,
-            "pieces": pieces,
-            "piece_ids": tokenizer.convert_tokens_to_ids(pieces),
-            "piece_log_probs": per_piece,
-            "log_prob": sum(per_piece),
-            "score": math.exp(sum(per_piece)),
-            "n_pieces": k,
-        }
-        if original_pll:
-            item["log_prob_original_pll"] = sum(picked[at + k : at + 2 * k])
-        results.append(item)
-        at += k * copies
+        per_piece, at = picked[at : at + len(pieces)], at + len(pieces)
+        piece_ids, log_prob = tokenizer.convert_tokens_to_ids(pieces), sum(per_piece)
+        results.append(
+            {"word": word, "pieces": pieces, "piece_ids": piece_ids, "piece_log_probs": per_piece}
+            | {"log_prob": log_prob, "score": math.exp(log_prob), "n_pieces": len(pieces)}
+        )
     return results
+
+
+def original_pll(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, text: str, word: str, mask_index: int = 0
+) -> float:
+    """The original PLL of ``word`` at the place the ``mask_index``-th mask marks (Salazar et al. 2020):
+    each piece masked alone, the word's other pieces visible, the log-probabilities summed (nats).
+    Notebook 04 shows it beside :func:`score_words` because it over-rates long words: ``##mi`` is easy
+    once ``her`` and ``##one`` show.
+
+    Raises:
+        ValueError: a bad word (see :func:`word_pieces`); no mask, or ``mask_index`` beyond the masks.
+    """
+    ids, position = mask_place(text, tokenizer, mask_index)
+    piece_ids = tokenizer.convert_tokens_to_ids(word_pieces(word, tokenizer))
+    full, mask, k = ids[:position] + piece_ids + ids[position + 1 :], tokenizer.mask_token_id, len(piece_ids)
+    rows = [full[: position + i] + [mask] + full[position + i + 1 :] for i in range(k)]
+    log_probs = log_probs_at(model, tokenizer, rows, [position + i for i in range(k)])
+    return sum(log_probs[torch.arange(k), torch.tensor(piece_ids)].tolist())
 
 
 def _allowed(tokenizer: PreTrainedTokenizerBase) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,7 +34,7 @@ LAYERS = [
     {"scoring"},
     {"inference"},
     {"prepare"},
-    {"course.plots", "studies.probes", "studies.downstream", "studies.original"},
+    {"course.plots", "studies.probes", "studies.downstream", "studies.original", "studies.breakdowns"},
     {"course.checking", "course.episodes", "ops.report", "ops.card", "ops.handout"},
     {
         "ops.job",
@@ -52,17 +52,19 @@ LAYERS = [
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 #: Code lines a reader meets following each entry through its calls (see :func:`reading`), at most.
 #: The loop calls its objective as a module (``plan.objective(...)``), which a call does not follow:
-#: the loss it runs has its own line. The issue asked 150 for ``evaluate`` and 250 for ``fill_mask``;
-#: these hold today's counts so that they only fall (ARCHITECTURE.md says where the lines are).
+#: the loss it runs has its own line. ``evaluate`` calls the breakdowns it is given
+#: (``studies.breakdowns``: none by default), ``fill_mask`` answers tokens and ``fill_words`` whole words.
 BUDGETS = {
     ("training.train",): 150,
     ("training.MaskedLMObjective.forward",): 40,
-    ("evaluation.evaluate",): 220,
-    ("inference.fill_mask",): 370,
+    ("evaluation.evaluate",): 150,
+    ("inference.fill_mask",): 250,
+    ("inference.fill_words",): 250,
     ("masking.mask_tokens",): 80,
 }
-#: At most this many core modules and code lines in all (the issue asked 2,000 lines; see ARCHITECTURE.md).
-CORE_MODULES, CORE_LINES = 16, 2333
+#: At most this many core modules and code lines in all. The issue asked 2,000 lines; ARCHITECTURE.md
+#: says what the 2,247 are (every core function is reached from what notebooks 00-04 call).
+CORE_MODULES, CORE_LINES = 16, 2247
 
 
 def package_sources() -> dict[str, str]:

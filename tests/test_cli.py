@@ -102,6 +102,8 @@ def test_predict_scores_targets_of_several_pieces_and_whole_words(smoke_run):
     assert len(words) == 5 and all(1 <= len(w["pieces"]) <= 3 and not w["pieces"][0].startswith("##") for w in words)
     bad = cli("predict", "Mira [MASK].", "--whole-words", "--max-pieces", "0", *model)
     assert bad.returncode == 2 and "--max-pieces must be >= 1" in bad.stderr
+    both = cli("predict", "Mira [MASK].", "--whole-words", "--targets", "mira", *model)
+    assert both.returncode == 2 and "not both" in both.stderr
 
 
 def test_evaluate_cli_prints_the_metrics(smoke_run):

@@ -20,6 +20,7 @@ from hp_mlm.checkpoints import save_model
 from hp_mlm.common import process_state
 from hp_mlm.config import get_settings
 from hp_mlm.data import load_corpus
+from hp_mlm.studies.breakdowns import BREAKDOWNS
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import MaskingCollator, freeze_masks
 from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
@@ -53,7 +54,7 @@ if slow:  # report each checkpoint, so the test can kill the run just after one
 plan = t.plan_training(model, tok, tokens, settings, output_dir=out, resume=resume)
 history = t.train(plan, [c.SaveCheckpoints(plan)])
 frozen = freeze_masks(tokens[:60], tok, 0.15, seed=7)
-result = evaluate(model, frozen, tok, batch_size=8)  # each process scores every other batch
+result = evaluate(model, frozen, tok, batch_size=8, breakdowns=BREAKDOWNS)  # each process scores every other batch
 if state.is_main_process:
     save_model(model, tok, out + "/model")
 json.dump({"history": history, "seen": seen, "evaluation": result, "all_rows": [r["input_ids"] for r in tokens],
@@ -118,6 +119,7 @@ def test_two_process_metrics_equal_one_process_on_the_same_weights(one_and_two):
 
     from hp_mlm.evaluation import evaluate
     from hp_mlm.masking import freeze_masks
+    from hp_mlm.studies.breakdowns import BREAKDOWNS
 
     _, (p0, p1), tmp = one_and_two
     assert p0["evaluation"] == {**p1["evaluation"], "seconds": p0["evaluation"]["seconds"]}  # both processes agree
@@ -131,9 +133,9 @@ def test_two_process_metrics_equal_one_process_on_the_same_weights(one_and_two):
         }
         for r in p0["all_rows"][:60]
     ]
-    alone = evaluate(model, freeze_masks(rows, tok, 0.15, seed=7), tok, batch_size=8)
+    alone = evaluate(model, freeze_masks(rows, tok, 0.15, seed=7), tok, batch_size=8, breakdowns=BREAKDOWNS)
     shared = p0["evaluation"]
-    for key in ("top1", "top5", "n_positions", "n_rows", "kinds"):
+    for key in ("top1", "top5", "n_positions", "n_rows", "kinds", "words"):
         assert shared[key] == alone[key], key
     assert shared["cross_entropy"] == pytest.approx(alone["cross_entropy"], rel=1e-9)
     assert not torch.isnan(torch.tensor(shared["cross_entropy"]))

@@ -4,6 +4,7 @@ from helpers import SENTENCES, tokenised
 
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
+from hp_mlm.studies.breakdowns import BREAKDOWNS
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.training import masked_lm_loss
 
@@ -106,8 +107,11 @@ def test_a_perplexity_that_overflows_is_inf_with_a_warning_not_1e304():
 
 
 def test_a_word_is_right_only_when_every_hidden_piece_is(smoke_tokenizer):
-    """word_sums on a hand-made batch: "above" (a ##bo ##ve) with one piece wrong is one wrong word."""
-    from hp_mlm.evaluation import word_sums
+    """BY_WORD's sums on a hand-made batch: "above" (a ##bo ##ve) with one piece wrong is one wrong word."""
+    from hp_mlm.studies.breakdowns import BY_WORD
+
+    def word_sums(batch, tokenizer, right):
+        return BY_WORD.sums(batch, tokenizer, batch["labels"] != IGNORE_INDEX, right)
 
     ids = smoke_tokenizer("mira above the tower", return_tensors="pt")["input_ids"]
     pieces = smoke_tokenizer.convert_ids_to_tokens(ids[0])
@@ -144,7 +148,7 @@ def test_a_word_is_right_only_when_every_hidden_piece_is(smoke_tokenizer):
 def test_whole_word_frozen_masks_are_scored_by_word(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES * 3)
     frozen = freeze_masks(rows, smoke_tokenizer, 0.3, seed=4, strategy="whole_word")
-    result = evaluate(smoke_model, frozen, smoke_tokenizer)
+    result = evaluate(smoke_model, frozen, smoke_tokenizer, breakdowns=BREAKDOWNS)
     words = result["words"]
     assert words["n_words"] == words["one_piece"]["n_words"] + words["multi_piece"]["n_words"]
     assert words["multi_piece"]["n_words"] > 0 and words["n_words"] < result["n_positions"]

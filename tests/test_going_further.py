@@ -13,6 +13,7 @@ from hp_mlm.config import get_settings
 from hp_mlm.data import find_entities
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, MaskingCollator, freeze_masks, mask_tokens, selectable_positions
+from hp_mlm.studies.breakdowns import BY_KIND
 from hp_mlm.tokens import continuation_table, pad_batch, tokenize_rows, word_start_index
 
 PIECEY = ["Éloise quoted the thornbacks unquestionably.", "Mira Ashdown overheard quotations at Fogmoor."]
@@ -95,7 +96,9 @@ def test_collator_passes_entities_and_evaluation_reports_per_kind(smoke_tokenize
     rows = list(tokenize_rows(Dataset.from_dict({"text": SENTENCES * 4}), smoke_tokenizer, 64, entities=entities))
     batch = MaskingCollator(smoke_tokenizer, 0.3, seed=0, strategy="entity")(rows)
     assert (batch["labels"] != IGNORE_INDEX).any()
-    result = evaluate(smoke_model, freeze_masks(rows, smoke_tokenizer, 0.3, seed=1), smoke_tokenizer)
+    result = evaluate(
+        smoke_model, freeze_masks(rows, smoke_tokenizer, 0.3, seed=1), smoke_tokenizer, breakdowns=(BY_KIND,)
+    )
     kinds = result["kinds"]
     assert set(kinds) == {"entity", "other_word", "whole_word", "word_piece"}
     assert kinds["entity"]["n_positions"] + kinds["other_word"]["n_positions"] == result["n_positions"]

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import pipeline
 
-from hp_mlm.inference import fill_mask
+from hp_mlm.inference import fill_mask, fill_words
 from hp_mlm.studies.probes import load_probes, normalise_answer, score_probes
 
 
@@ -83,13 +83,11 @@ def test_whole_word_prediction_answers_every_mask(smoke_tokenizer, smoke_model):
     from hp_mlm.scoring import predict_words
 
     sentence = "Mira [MASK] crossed the [MASK] Lake."
-    answers = fill_mask(smoke_model, smoke_tokenizer, sentence, top_k=3, whole_words=True, max_pieces=3)[0]
+    answers = fill_words(smoke_model, smoke_tokenizer, sentence, top_k=3, max_pieces=3)[0]
     assert len(answers) == 2 and all(len(a) == 3 for a in answers)
     second = predict_words(smoke_model, smoke_tokenizer, sentence, top_k=3, max_pieces=3, mask_index=1)
     assert [a["pieces"] for a in answers[1]] == [w["pieces"] for w in second]
     assert all(not a["pieces"][0].startswith("##") for mask in answers for a in mask)
-    with pytest.raises(ValueError, match="not both"):
-        fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["mira"], whole_words=True)
 
 
 def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):

@@ -8,7 +8,7 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from hp_mlm.inference import fill_mask
-from hp_mlm.scoring import l2r_inputs, log_probs_at, predict_words, score_words, word_pieces
+from hp_mlm.scoring import l2r_inputs, log_probs_at, original_pll, predict_words, score_words, word_pieces
 
 TEXT = "Mira [MASK] crossed the Silver Lake at dawn."
 
@@ -34,7 +34,7 @@ def test_a_word_of_three_pieces_is_the_sum_of_three_hand_built_passes(smoke_mode
     word = "above"  # a ##bo ##ve in the smoke vocabulary
     pieces = smoke_tokenizer.tokenize(word)
     assert len(pieces) == 3
-    (result,) = score_words(smoke_model, smoke_tokenizer, TEXT, [word], original_pll=True)
+    (result,) = score_words(smoke_model, smoke_tokenizer, TEXT, [word])
     ids = smoke_tokenizer(TEXT)["input_ids"]
     at = ids.index(smoke_tokenizer.mask_token_id)
     piece_ids = smoke_tokenizer.convert_tokens_to_ids(pieces)
@@ -51,7 +51,7 @@ def test_a_word_of_three_pieces_is_the_sum_of_three_hand_built_passes(smoke_mode
         _log_prob(smoke_model, smoke_tokenizer, full[: at + i] + [mask] + full[at + i + 1 :], at + i, piece_ids[i])
         for i in range(3)
     ]
-    assert result["log_prob_original_pll"] == pytest.approx(sum(original), abs=1e-5)
+    assert original_pll(smoke_model, smoke_tokenizer, TEXT, word) == pytest.approx(sum(original), abs=1e-5)
 
 
 def test_scores_equal_minicons_within_word_l2r(smoke_model, smoke_tokenizer):

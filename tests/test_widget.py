@@ -12,7 +12,7 @@ import torch
 
 from hp_mlm.course import widget
 from hp_mlm.course.widget import answer_label, before_after, format_text, place_stock, show_before_after, stock_device
-from hp_mlm.inference import fill_mask
+from hp_mlm.inference import fill_words
 
 SENTENCE = "Every autumn, Hob [MASK] repainted his ferry."
 
@@ -38,7 +38,7 @@ def test_without_a_front_end_it_prints_both_models_guesses_and_the_target(models
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == SENTENCE and "before (stock model)" in lines[1] and lines[1].endswith("after (fine-tuned)")
-    expected = fill_mask(stock, smoke_tokenizer, SENTENCE, top_k=4, whole_words=True)[0][0]
+    expected = fill_words(stock, smoke_tokenizer, SENTENCE, top_k=4)[0][0]
     assert [a["token"] for a in result["masks"][0]["stock"]] == [a["token"] for a in expected]
     first = lines[2].split()
     assert (
@@ -83,7 +83,7 @@ def test_the_widget_redraws_both_tables_when_the_learner_types(models, smoke_tok
 
     w.sentence.value = "Nell [MASK] found a mistfox in the [MASK]."  # as if typed and Enter pressed
     for column, model in ((w.before, stock), (w.after, tuned)):
-        guesses = fill_mask(model, smoke_tokenizer, w.sentence.value, top_k=3, whole_words=True)[0]
+        guesses = fill_words(model, smoke_tokenizer, w.sentence.value, top_k=3)[0]
         assert column.value.count("<caption>") == 2
         assert all(
             f"<td>{html.escape(answer_label(a), quote=False)}</td>" in column.value for mask in guesses for a in mask

@@ -24,7 +24,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.common import OutOfMemory, model_device
 from hp_mlm.course.episodes import widgets_front_end
-from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
+from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask, fill_words
 from hp_mlm.models import load_model
 
 #: Free GPU memory a stock model needs beside the fine-tuned one: its weights times this, plus GPU_SPARE.
@@ -96,8 +96,8 @@ def before_after(
         ValueError: an empty sentence, one without a mask token, a target that is no word of this
             tokenizer, ``top_k`` < 1 (``inference.fill_mask``'s messages).
     """
-    stock_answers = fill_mask(stock, tokenizer, sentence, top_k=top_k, whole_words=whole_words)[0]
-    tuned_answers = fill_mask(tuned, tokenizer, sentence, top_k=top_k, whole_words=whole_words)[0]
+    fill = fill_words if whole_words else fill_mask
+    stock_answers, tuned_answers = (fill(model, tokenizer, sentence, top_k=top_k)[0] for model in (stock, tuned))
     result = {
         "sentence": sentence,
         "masks": [{"stock": s, "tuned": t} for s, t in zip(stock_answers, tuned_answers)],

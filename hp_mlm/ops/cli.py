@@ -70,26 +70,23 @@ def default_model(settings: Settings, log=print) -> str:
 
 def _cmd_predict(args: argparse.Namespace) -> int:
     from hp_mlm.common import run_device
-    from hp_mlm.inference import fill_mask
+    from hp_mlm.inference import fill_mask, fill_words
     from hp_mlm.models import load_model
 
     if args.max_pieces < 1:  # before the model loads
         raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
+    if args.whole_words and args.targets is not None:
+        raise ValueError("pass --targets (score these words) or --whole-words (predict words), not both")
     changes = {"trained_model": args.trained_model} if args.trained_model is not None else {}
     model_name = args.model or default_model(get_settings(args.profile, **changes), log=_note)
     loaded = load_model(model_name)
     loaded.model.to(run_device())
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
     top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
-    results = fill_mask(
-        loaded.model,
-        loaded.tokenizer,
-        args.sentences,
-        top_k=top_k,
-        targets=targets,
-        whole_words=args.whole_words,
-        max_pieces=args.max_pieces,
-    )
+    if args.whole_words:
+        results = fill_words(loaded.model, loaded.tokenizer, args.sentences, top_k, max_pieces=args.max_pieces)
+    else:
+        results = fill_mask(loaded.model, loaded.tokenizer, args.sentences, top_k, targets=targets)
     if args.json:
         print(
             json.dumps(
@@ -122,6 +119,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from hp_mlm.evaluation import evaluate
     from hp_mlm.masking import freeze_masks
     from hp_mlm.prepare import prepare
+    from hp_mlm.studies.breakdowns import BREAKDOWNS
 
     settings = _settings(args)
     if args.model is None:
@@ -137,9 +135,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             settings.mlm_probability,
             settings.seed,
         )
-    result = evaluate(
-        prep.loaded.model, frozen, prep.loaded.tokenizer, settings.eval_batch_size, precision=settings.precision
-    )
+    tok, size = prep.loaded.tokenizer, settings.eval_batch_size
+    result = evaluate(prep.loaded.model, frozen, tok, size, precision=settings.precision, breakdowns=BREAKDOWNS)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -25,7 +25,7 @@ from hp_mlm.checkpoints import (
 )
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings, auto_defaults
-from hp_mlm.evaluation import evaluate, freeze_whole_words
+from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import example_sentences, examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
@@ -33,6 +33,7 @@ from hp_mlm.ops.push import hub_token, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
+from hp_mlm.studies.breakdowns import BREAKDOWNS, freeze_whole_words
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
 from hp_mlm.training import Callback, TrainingPlan, plan_training, train
@@ -207,7 +208,8 @@ def auto_note(settings: Settings, prep: Prepared) -> str | None:
 def held_out(prep: Prepared, model) -> dict[str, Any]:
     """``evaluation.evaluate`` on the frozen held-out masks, in the run's precision."""
     s = prep.settings
-    return evaluate(model, prep.frozen_validation, prep.loaded.tokenizer, s.eval_batch_size, precision=s.precision)
+    tok = prep.loaded.tokenizer
+    return evaluate(model, prep.frozen_validation, tok, s.eval_batch_size, precision=s.precision, breakdowns=BREAKDOWNS)
 
 
 def measure(
@@ -215,7 +217,7 @@ def measure(
 ) -> dict:
     """What is measured ``when`` ("before" or "after"): held-out scores (``held`` when the loop has
     scored them already), the original tutorial's accuracy (a fresh draw), the held-out ``words``
-    hidden whole (``evaluation.freeze_whole_words``, frozen once a run) and, given, the probes."""
+    hidden whole (``studies.breakdowns.freeze_whole_words``, frozen once a run) and, given, the probes."""
     s, tok = prep.settings, prep.loaded.tokenizer
     result = {"held_out": held or held_out(prep, model)}
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
@@ -224,7 +226,9 @@ def measure(
     )
     # the same scoring on other frozen masks, not the held-out evaluation (`evaluate` above, once a measure)
     result["whole_words"] = (
-        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision) if words else None
+        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision, breakdowns=BREAKDOWNS)
+        if words
+        else None
     )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)

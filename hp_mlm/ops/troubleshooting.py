@@ -70,7 +70,6 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "scoring.score_words",
         "scoring.predict_words",
         "inference._masked_texts",
-        "inference.fill_mask",
         "ops.cli._cmd_predict",
     ),
     "the-probes-file": ("studies.probes.load_probes", "studies.probes._candidates", "studies.probes.read_candidates"),

@@ -15,10 +15,11 @@ from typing import Any
 
 from hp_mlm.callbacks import Validate
 from hp_mlm.config import Settings
-from hp_mlm.evaluation import evaluate, freeze_whole_words
+from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.prepare import prepare, training_tokens
+from hp_mlm.studies.breakdowns import BREAKDOWNS, freeze_whole_words
 from hp_mlm.studies.probes import candidate_rank
 from hp_mlm.training import plan_training, train
 
@@ -70,7 +71,9 @@ def compare_options(
     tok, base = prep.loaded.tokenizer, prep.settings.replace(padding=settings.padding)
 
     def score(model) -> dict[str, Any]:
-        return evaluate(model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision)
+        return evaluate(
+            model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision, breakdowns=BREAKDOWNS
+        )
 
     named = [p for p in probes or [] if p.get("candidates")]
     frozen_words = freeze_whole_words(prep.validation_tokens, tok, base.mlm_probability, base.seed)  # once a study
@@ -78,7 +81,9 @@ def compare_options(
     def final(model) -> dict[str, Any]:
         """``score`` and the word-level measures, once per run (not every epoch)."""
         words = (
-            evaluate(model, frozen_words, tok, base.eval_batch_size, precision=base.precision) if frozen_words else None
+            evaluate(model, frozen_words, tok, base.eval_batch_size, precision=base.precision, breakdowns=BREAKDOWNS)
+            if frozen_words
+            else None
         )
         ranks = [candidate_rank(model, tok, p)[0] for p in named]
         return {
