@@ -62,10 +62,10 @@ def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBas
     return [(word, list(pieces)) for pieces, word in found.items()]
 
 
-def _masked_texts(
+def _checked_sentences(
     model: nn.Module, tokenizer: PreTrainedTokenizerBase, sentences: Sequence[str] | str, top_k: int, limit: int
 ) -> list[str]:
-    """The sentences with the tokenizer's mask token, each checked, and ``top_k`` checked (see
+    """``top_k`` checked, and the sentences written with the tokenizer's mask token, each checked (see
     :func:`fill_mask`'s errors)."""
     sentences = [sentences] if isinstance(sentences, str) else sentences
     if len(sentences) == 0:
@@ -138,7 +138,7 @@ def fill_mask(
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
     limit = length_limit(model, tokenizer, max_length)
-    texts = _masked_texts(model, tokenizer, sentences, top_k, limit)
+    texts = _checked_sentences(model, tokenizer, sentences, top_k, limit)
     chosen = None if targets is None else target_words(targets, tokenizer)
     device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
@@ -182,7 +182,7 @@ def fill_words(
     """
     limit = length_limit(model, tokenizer, max_length)
     results = []
-    for text in _masked_texts(model, tokenizer, sentences, top_k, limit):
+    for text in _checked_sentences(model, tokenizer, sentences, top_k, limit):
         n_masks = tokenizer(text)["input_ids"].count(tokenizer.mask_token_id)
         found = [
             predict_words(model, tokenizer, text, top_k, max_pieces, mask_index=m, max_length=limit)
@@ -210,8 +210,9 @@ def _targets_at(model, tokenizer, text, mask_index, probs, chosen, top_k, limit)
     ids = [tokenizer.convert_tokens_to_ids(p[0]) for _, p in chosen if len(p) == 1]
     answers = [_token(tokenizer, i, probs[i].item()) for i in ids]
     longer = [word for word, p in chosen if len(p) > 1]
-    for item in score_words(model, tokenizer, text, longer, mask_index, limit) if longer else []:
-        answers.append(_word(item, tokenizer.convert_tokens_to_string(item["pieces"]).strip()))
+    if longer:
+        for item in score_words(model, tokenizer, text, longer, mask_index=mask_index, max_length=limit):
+            answers.append(_word(item, tokenizer.convert_tokens_to_string(item["pieces"]).strip()))
     return sorted(answers, key=lambda a: -a["score"])[: min(top_k, len(chosen))]
 
 

@@ -173,10 +173,16 @@ def score_words(
     results, at = [], 0
     for word, pieces in found:
         per_piece, at = picked[at : at + len(pieces)], at + len(pieces)
-        piece_ids, log_prob = tokenizer.convert_tokens_to_ids(pieces), sum(per_piece)
         results.append(
-            {"word": word, "pieces": pieces, "piece_ids": piece_ids, "piece_log_probs": per_piece}
-            | {"log_prob": log_prob, "score": math.exp(log_prob), "n_pieces": len(pieces)}
+            {
+                "word": word,
+                "pieces": pieces,
+                "piece_ids": tokenizer.convert_tokens_to_ids(pieces),
+                "piece_log_probs": per_piece,
+                "log_prob": sum(per_piece),
+                "score": math.exp(sum(per_piece)),
+                "n_pieces": len(pieces),
+            }
         )
     return results
 

@@ -45,6 +45,25 @@ def test_results_do_not_depend_on_the_evaluation_batch_size(smoke_tokenizer, smo
         assert abs(r["cross_entropy"] - results[0]["cross_entropy"]) < 1e-5
 
 
+def test_breakdowns_add_their_entries_and_change_nothing_else(smoke_tokenizer, smoke_model):
+    """Without breakdowns evaluate gives the plain scores; with them, the same scores plus ``kinds`` and
+    ``words``, whose counts add up to the masked tokens, batch size or not."""
+    rows = frozen(smoke_tokenizer, SENTENCES * 3)
+    plain = evaluate(smoke_model, rows, smoke_tokenizer, batch_size=4)
+    split = evaluate(smoke_model, rows, smoke_tokenizer, batch_size=7, breakdowns=BREAKDOWNS)
+    assert set(plain) == {"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "seconds"}
+    assert set(split) - set(plain) == {"kinds", "words"} and list(split)[-1] == "seconds"
+    for key in ("top1", "top5", "n_positions", "n_rows"):
+        assert split[key] == plain[key], key
+    assert split["cross_entropy"] == pytest.approx(plain["cross_entropy"], abs=1e-5)
+    kinds = split["kinds"]
+    assert kinds["whole_word"]["n_positions"] + kinds["word_piece"]["n_positions"] == plain["n_positions"]
+    hits = sum(
+        kinds[k]["top1"] * kinds[k]["n_positions"] for k in ("whole_word", "word_piece") if kinds[k]["n_positions"]
+    )
+    assert hits == pytest.approx(plain["top1"] * plain["n_positions"])
+
+
 def test_before_and_after_score_identical_positions(smoke_tokenizer, smoke_model):
     rows = tokenised(smoke_tokenizer, SENTENCES)
     before = freeze_masks(rows, smoke_tokenizer, 0.15, seed=42)

@@ -69,7 +69,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "scoring.mask_place",
         "scoring.score_words",
         "scoring.predict_words",
-        "inference._masked_texts",
+        "inference._checked_sentences",
         "ops.cli._cmd_predict",
     ),
     "the-probes-file": ("studies.probes.load_probes", "studies.probes._candidates", "studies.probes.read_candidates"),
