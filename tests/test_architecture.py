@@ -326,3 +326,31 @@ def test_the_code_is_formatted_and_lint_clean():
     for command in (["format", "--check", *paths], ["check", *paths]):
         done = subprocess.run([sys.executable, "-m", "ruff", *command], cwd=ROOT, capture_output=True, text=True)
         assert done.returncode == 0, f"ruff {' '.join(command)}:\n{done.stdout}{done.stderr}"
+
+
+def notebook_imports(notebook: Path) -> set[str]:
+    """The hp_mlm modules a notebook's code cells import (``from hp_mlm.studies import library`` counts as
+    ``studies.library``)."""
+    import json
+    import re
+
+    code = "\n".join(
+        "".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"
+    )
+    found = set(re.findall(r"from hp_mlm\.([\w.]+) import", code)) | set(
+        re.findall(r"^\s*import hp_mlm\.([\w.]+)", code, re.M)
+    )
+    for area, names in re.findall(r"from hp_mlm\.(course|studies|ops) import ([\w, ]+)", code):
+        found |= {f"{area}.{name.strip()}" for name in names.split(",")}
+    return found - set(AREAS)
+
+
+def test_the_architecture_page_names_what_each_notebook_imports():
+    """Each row of ARCHITECTURE.md's notebook table names exactly the modules that notebook imports."""
+    import re
+
+    page = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d\d) [^|]+\|([^|]+)\|([^|]+)\|$", page, re.M)
+    named = {number: set(re.findall(r"`([\w.]+)`", core_cell + areas_cell)) for number, core_cell, areas_cell in rows}
+    notebooks = {p.name[:2]: notebook_imports(p) for p in sorted((ROOT / "notebooks").glob("0*.ipynb"))}
+    assert named == notebooks
