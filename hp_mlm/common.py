@@ -246,11 +246,17 @@ def resolve_precision(
 
 
 def autocast(precision: str, device: torch.device | str) -> contextlib.AbstractContextManager:
-    """``torch.autocast`` for ``precision`` on ``device`` (a no-op context for fp32)."""
-    device_type = torch.device(device).type
+    """``torch.autocast`` for ``precision`` on ``device`` (a no-op context for fp32).
+
+    Raises:
+        ValueError: a precision other than ``fp32``, ``bf16`` or ``fp16`` (``auto`` is settled first, by
+            :func:`resolve_precision`).
+    """
     if precision == "fp32":
         return contextlib.nullcontext()
-    return torch.autocast(device_type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
+    if precision not in ("bf16", "fp16"):
+        raise ValueError(f"precision {precision!r}: pass fp32, bf16 or fp16 (settle auto with resolve_precision)")
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -56,8 +56,8 @@ def evaluate(
         precision: ``fp32``, ``bf16`` or ``fp16``: the autocast the forward pass runs under (use
             the training run's, ``common.resolve_precision``); the loss is computed in fp32.
         breakdowns: optional ways to split the hits, each adding its entry to the result in the same
-            pass (``studies.breakdowns.BREAKDOWNS``: ``kinds``, top-1 per kind of token, and ``words``,
-            whole-word top-1; the command line's run asks for both).
+            pass, each counted once (``studies.breakdowns``: ``BY_KIND`` adds ``kinds``, top-1 per kind of
+            token; ``BY_WORD`` adds ``words``, whole-word top-1, for masks frozen whole).
     Returns:
         ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "seconds"}``:
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
@@ -77,6 +77,7 @@ def evaluate(
     order = sorted(range(len(frozen_rows)), key=lambda i: len(frozen_rows[i]["input_ids"]))
     batches = [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
     state = process_state()  # several processes: each scores every N-th batch, then the sums are added
+    breakdowns = tuple({breakdown.key: breakdown for breakdown in breakdowns}.values())  # each counted once
     names = [*SUMS, *(name for breakdown in breakdowns for name in breakdown.names)]
     sums = dict.fromkeys(names, 0.0)
     lower = f"`eval_batch_size` (now {batch_size}); rerun with `resume` to continue from the last checkpoint"

@@ -68,7 +68,7 @@ def _checked_sentences(
     """``top_k`` checked, and the sentences written with the tokenizer's mask token, each checked (see
     :func:`fill_mask`'s errors)."""
     sentences = [sentences] if isinstance(sentences, str) else sentences
-    if len(sentences) == 0:
+    if sentences is None or len(sentences) == 0:
         raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
     vocab_size = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
     if top_k < 1:
@@ -79,7 +79,9 @@ def _checked_sentences(
         )
     texts = []
     for i, sentence in enumerate(sentences):
-        if not isinstance(sentence, str) or not sentence.strip():
+        if not isinstance(sentence, str):
+            raise ValueError(f"sentence {i} is a {type(sentence).__name__}; pass each sentence as a string")
+        if not sentence.strip():
             raise ValueError(
                 f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing"
             )
@@ -175,9 +177,11 @@ def fill_words(
 
     Returns:
         ``result[s][m]``: up to ``top_k`` answers as :func:`fill_mask` gives them (``token`` the word,
-        ``token_id`` None for a word of several pieces, ``is_subword`` False), best first.
+        ``token_id`` None for a word of several pieces, ``is_subword`` False), best first; at most
+        5 x ``max_pieces`` (the beams' words), however large ``top_k``.
     Raises:
-        ValueError: as :func:`fill_mask`; ``max_pieces`` < 1.
+        ValueError: as :func:`fill_mask`; ``max_pieces`` < 1; a sentence with no room for ``max_pieces``
+            more tokens within ``max_length``.
         common.OutOfMemory: see ``scoring.log_probs_at``.
     """
     limit = length_limit(model, tokenizer, max_length)

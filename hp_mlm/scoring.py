@@ -46,9 +46,11 @@ def word_pieces(word: str, tokenizer: PreTrainedTokenizerBase) -> list[str]:
     tokenizer's pieces (``"Hermione"`` -> ``["her", "##mi", "##one"]`` for bert-base-uncased).
 
     Raises:
-        ValueError: the word becomes no token (empty, or only characters the tokenizer drops) or contains
-            the unknown token (the message names the pieces).
+        ValueError: the word is not a string, becomes no token (empty, or only characters the tokenizer
+            drops) or contains the unknown token (the message names the pieces).
     """
+    if not isinstance(word, str):
+        raise ValueError(f"word {word!r} is a {type(word).__name__}; write each word as a string")
     as_written = tokenizer.convert_tokens_to_ids(word)  # a vocabulary entry, or the unknown token's id
     pieces = (
         [word] if as_written != tokenizer.unk_token_id and word != tokenizer.unk_token else tokenizer.tokenize(word)
@@ -120,7 +122,13 @@ def length_limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_lengt
     """Tokens per input at most: the smallest of ``max_length`` (if given), the model's usable positions
     (``models.model_max_positions``: 512 for BERT and for RoBERTa's 514) and the tokenizer's
     ``model_max_length``, which counts only below a million (a tokenizer saved without one says 1e30,
-    meaning unset)."""
+    meaning unset).
+
+    Raises:
+        ValueError: ``max_length`` < 3 (a mask and the two special tokens need 3).
+    """
+    if max_length is not None and max_length < 3:
+        raise ValueError(f"max_length={max_length} leaves no room for a mask between the special tokens; pass >= 3")
     limits = (max_length, model_max_positions(model), tokenizer.model_max_length)
     return min([n for n in limits if n is not None and n < 10**6] or [10**9])
 
@@ -196,11 +204,14 @@ def original_pll(
     once ``her`` and ``##one`` show.
 
     Raises:
-        ValueError: a bad word (see :func:`word_pieces`); no mask, or ``mask_index`` beyond the masks.
+        ValueError: a bad word (see :func:`word_pieces`); no mask, or ``mask_index`` beyond the masks; a
+            sentence longer than the model's positions once the word is in.
     """
     ids, position = mask_place(text, tokenizer, mask_index)
     piece_ids = tokenizer.convert_tokens_to_ids(word_pieces(word, tokenizer))
     full, mask, k = ids[:position] + piece_ids + ids[position + 1 :], tokenizer.mask_token_id, len(piece_ids)
+    if len(full) > (limit := length_limit(model, tokenizer)):
+        raise ValueError(f"the sentence with {word!r} is {len(full)} tokens, over the model's {limit}; shorten it")
     rows = [full[: position + i] + [mask] + full[position + i + 1 :] for i in range(k)]
     log_probs = log_probs_at(model, tokenizer, rows, [position + i for i in range(k)])
     return sum(log_probs[torch.arange(k), torch.tensor(piece_ids)].tolist())
@@ -253,7 +264,10 @@ def predict_words(
     ids, position = mask_place(text, tokenizer, mask_index)
     limit = length_limit(model, tokenizer, max_length)
     if len(ids) - 1 + max_pieces > limit:
-        raise ValueError(f"{text!r} with {max_pieces} pieces is {len(ids) - 1 + max_pieces} tokens, over {limit}")
+        raise ValueError(
+            f"the sentence with {max_pieces} pieces is {len(ids) - 1 + max_pieces} tokens, over {limit}; "
+            "lower max_pieces or raise max_length"
+        )
     starts, continues = _allowed(tokenizer)
     mask = tokenizer.mask_token_id
     beams = {n: [([], 0.0)] for n in range(1, max_pieces + 1)}  # length -> [(piece ids so far, log-prob)]

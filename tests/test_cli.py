@@ -113,6 +113,9 @@ def test_evaluate_cli_prints_the_metrics(smoke_run):
     printed = json.loads(result.stdout)
     assert printed["n_positions"] == metrics["after"]["n_positions"]
     assert abs(printed["top1"] - metrics["after"]["top1"]) < 1e-9
+    # held-out masks are token masks: split by kind of token; words are scored on the words hidden whole
+    assert printed["kinds"] == metrics["after"]["kinds"] and "words" not in printed
+    assert "words" in metrics["whole_words"]["after"] and "kinds" not in metrics["whole_words"]["after"]
 
 
 def test_existing_model_is_not_overwritten_without_a_flag(smoke_run, capsys):

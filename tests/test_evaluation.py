@@ -4,7 +4,7 @@ from helpers import SENTENCES, tokenised
 
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
-from hp_mlm.studies.breakdowns import BREAKDOWNS
+from hp_mlm.studies.breakdowns import BREAKDOWNS, BY_KIND
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.training import masked_lm_loss
 
@@ -58,6 +58,9 @@ def test_breakdowns_add_their_entries_and_change_nothing_else(smoke_tokenizer, s
     assert split["cross_entropy"] == pytest.approx(plain["cross_entropy"], abs=1e-5)
     kinds = split["kinds"]
     assert kinds["whole_word"]["n_positions"] + kinds["word_piece"]["n_positions"] == plain["n_positions"]
+    assert evaluate(smoke_model, rows, smoke_tokenizer, breakdowns=(BY_KIND, BY_KIND))["kinds"] == kinds  # once
+    with pytest.raises(ValueError, match="pass fp32, bf16 or fp16"):
+        evaluate(smoke_model, rows, smoke_tokenizer, precision="auto")
     hits = sum(
         kinds[k]["top1"] * kinds[k]["n_positions"] for k in ("whole_word", "word_piece") if kinds[k]["n_positions"]
     )

@@ -128,6 +128,24 @@ def test_unanswerable_input_shows_the_mask_token(smoke_tokenizer, smoke_model, b
         fill_mask(smoke_model, smoke_tokenizer, [bad])
 
 
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda m, t: fill_mask(m, t, None), "no sentences given"),
+        (lambda m, t: fill_mask(m, t, ["Mira [MASK].", torch.tensor([1, 2])]), "sentence 1 is a Tensor; pass each"),
+        (lambda m, t: fill_mask(m, t, "Mira [MASK].", max_length=0), r"max_length=0 .*pass >= 3"),
+        (lambda m, t: fill_words(m, t, "Mira [MASK].", max_length=-5), r"max_length=-5 .*pass >= 3"),
+        (lambda m, t: fill_mask(m, t, "Mira [MASK].", targets=[None]), "is a NoneType; write each word as a string"),
+        (lambda m, t: fill_words(m, t, "[MASK] went home.", max_length=5), "lower max_pieces or raise max_length"),
+    ],
+)
+def test_input_of_the_wrong_kind_is_refused_in_one_line_that_says_what_to_pass(
+    smoke_tokenizer, smoke_model, call, match
+):
+    with pytest.raises(ValueError, match=match):
+        call(smoke_model, smoke_tokenizer)
+
+
 def test_nothing_at_all_is_refused(smoke_tokenizer, smoke_model):
     with pytest.raises(ValueError, match=r"no sentences.*\[MASK\]"):
         fill_mask(smoke_model, smoke_tokenizer, [])

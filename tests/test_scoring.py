@@ -93,6 +93,8 @@ def test_bad_words_and_texts_are_refused_clearly(smoke_model, smoke_tokenizer):
         score_words(smoke_model, smoke_tokenizer, TEXT, ["mira"], mask_index=1)
     with pytest.raises(ValueError, match="over max_length=8"):
         score_words(smoke_model, smoke_tokenizer, TEXT, ["among"], max_length=8)
+    with pytest.raises(ValueError, match="over the model's"):
+        original_pll(smoke_model, smoke_tokenizer, "word " * 130 + "[MASK].", "above")
     with pytest.raises(ValueError, match="top_k must be >= 1"):
         predict_words(smoke_model, smoke_tokenizer, TEXT, top_k=0)
     assert word_pieces("##s", smoke_tokenizer) == ["##s"]  # a vocabulary entry as written

@@ -119,7 +119,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from hp_mlm.evaluation import evaluate
     from hp_mlm.masking import freeze_masks
     from hp_mlm.prepare import prepare
-    from hp_mlm.studies.breakdowns import BREAKDOWNS
+    from hp_mlm.studies.breakdowns import BY_KIND
 
     settings = _settings(args)
     if args.model is None:
@@ -136,7 +136,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             settings.seed,
         )
     tok, size = prep.loaded.tokenizer, settings.eval_batch_size
-    result = evaluate(prep.loaded.model, frozen, tok, size, precision=settings.precision, breakdowns=BREAKDOWNS)
+    result = evaluate(prep.loaded.model, frozen, tok, size, precision=settings.precision, breakdowns=(BY_KIND,))
     print(json.dumps(result, indent=2))
     return 0
 

@@ -33,7 +33,7 @@ from hp_mlm.ops.push import hub_token, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
-from hp_mlm.studies.breakdowns import BREAKDOWNS, freeze_whole_words
+from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
 from hp_mlm.training import Callback, TrainingPlan, plan_training, train
@@ -209,7 +209,7 @@ def held_out(prep: Prepared, model) -> dict[str, Any]:
     """``evaluation.evaluate`` on the frozen held-out masks, in the run's precision."""
     s = prep.settings
     tok = prep.loaded.tokenizer
-    return evaluate(model, prep.frozen_validation, tok, s.eval_batch_size, precision=s.precision, breakdowns=BREAKDOWNS)
+    return evaluate(model, prep.frozen_validation, tok, s.eval_batch_size, precision=s.precision, breakdowns=(BY_KIND,))
 
 
 def measure(
@@ -226,7 +226,7 @@ def measure(
     )
     # the same scoring on other frozen masks, not the held-out evaluation (`evaluate` above, once a measure)
     result["whole_words"] = (
-        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision, breakdowns=BREAKDOWNS)
+        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision, breakdowns=(BY_WORD,))
         if words
         else None
     )

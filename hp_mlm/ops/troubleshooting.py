@@ -51,7 +51,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "studies.options.compare_options",
         "ops.cli._cmd_compare",
     ),
-    "this-precision-cannot-run-here": ("common.resolve_precision",),
+    "this-precision-cannot-run-here": ("common.resolve_precision", "common.autocast"),
     "masking-cannot-run-with-this-tokenizer": (
         "masking.mask_tokens",
         "tokens.replacement_ids",
@@ -67,7 +67,9 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "inference.target_words",
         "scoring.word_pieces",
         "scoring.mask_place",
+        "scoring.length_limit",
         "scoring.score_words",
+        "scoring.original_pll",
         "scoring.predict_words",
         "inference._checked_sentences",
         "ops.cli._cmd_predict",

@@ -1,8 +1,10 @@
 """Breakdowns of the held-out accuracy: by kind of token, and by whole word.
 
 Taught in ``notebooks/04_evaluation.ipynb`` after the plain top-1. ``evaluation.evaluate`` adds up hits
-over masked tokens; pass it ``breakdowns=BREAKDOWNS`` (the command line's run does) and each breakdown
-adds its own counts in the same pass, summed over processes in the same all-reduce:
+over masked tokens; pass it ``breakdowns=(BY_KIND,)`` or ``(BY_WORD,)`` and each breakdown adds its own
+counts in the same pass, summed over processes in the same all-reduce. Each evaluation asks for the one
+that fits its masks (the command line's run: by kind on the held-out masks, by word on the words hidden
+whole):
 
 - :data:`BY_KIND`: top-1 per kind of masked token: a word that is one piece, a piece of a longer word,
   and, where rows carry ``entity_mask``, named entities and other words;
@@ -110,7 +112,7 @@ class ByWord:
 
 
 BY_KIND, BY_WORD = ByKind(), ByWord()
-#: Both breakdowns, as the command line's run reports them.
+#: Both breakdowns.
 BREAKDOWNS = (BY_KIND, BY_WORD)
 
 
@@ -120,7 +122,7 @@ def freeze_whole_words(
     """The tokenised held-out ``rows`` with words hidden whole (``freeze_masks(..., strategy="whole_word")``,
     seeded), so that before and after score the same words; None for a vocabulary without WordPiece
     ``##`` pieces (no word boundaries to mask by). A run freezes them once and scores them with
-    ``evaluate(..., breakdowns=BREAKDOWNS)`` (its ``words`` entry)."""
+    ``evaluate(..., breakdowns=(BY_WORD,))`` (its ``words`` entry)."""
     if not bool(continuation_table(tokenizer).any()):
         return None
     return freeze_masks(rows, tokenizer, mlm_probability, seed, strategy="whole_word")
@@ -135,9 +137,9 @@ def evaluate_whole_words(
     batch_size: int = 32,
     precision: str = "fp32",
 ) -> dict[str, Any] | None:
-    """``evaluation.evaluate`` with :data:`BREAKDOWNS` on :func:`freeze_whole_words` of ``rows`` (frozen on
+    """``evaluation.evaluate`` with :data:`BY_WORD` on :func:`freeze_whole_words` of ``rows`` (frozen on
     every call: a run that scores more than once freezes them once itself); None without ``##`` pieces."""
     frozen = freeze_whole_words(rows, tokenizer, mlm_probability, seed)
     if frozen is None:
         return None
-    return evaluate(model, frozen, tokenizer, batch_size, precision=precision, breakdowns=BREAKDOWNS)
+    return evaluate(model, frozen, tokenizer, batch_size, precision=precision, breakdowns=(BY_WORD,))

@@ -19,7 +19,7 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.prepare import prepare, training_tokens
-from hp_mlm.studies.breakdowns import BREAKDOWNS, freeze_whole_words
+from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
 from hp_mlm.studies.probes import candidate_rank
 from hp_mlm.training import plan_training, train
 
@@ -72,7 +72,7 @@ def compare_options(
 
     def score(model) -> dict[str, Any]:
         return evaluate(
-            model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision, breakdowns=BREAKDOWNS
+            model, prep.frozen_validation, tok, base.eval_batch_size, precision=base.precision, breakdowns=(BY_KIND,)
         )
 
     named = [p for p in probes or [] if p.get("candidates")]
@@ -81,7 +81,7 @@ def compare_options(
     def final(model) -> dict[str, Any]:
         """``score`` and the word-level measures, once per run (not every epoch)."""
         words = (
-            evaluate(model, frozen_words, tok, base.eval_batch_size, precision=base.precision, breakdowns=BREAKDOWNS)
+            evaluate(model, frozen_words, tok, base.eval_batch_size, precision=base.precision, breakdowns=(BY_WORD,))
             if frozen_words
             else None
         )
