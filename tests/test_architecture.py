@@ -34,8 +34,8 @@ LAYERS = [
     {"scoring"},
     {"inference"},
     {"prepare"},
-    {"course.plots", "studies.probes", "studies.downstream", "studies.original", "studies.breakdowns"},
-    {"course.checking", "course.episodes", "ops.report", "ops.card", "ops.handout"},
+    {"course.plots", "studies.probes", "studies.downstream", "studies.original", "studies.breakdowns", "ops.card"},
+    {"course.checking", "course.episodes", "course.watch", "ops.report", "ops.handout"},
     {
         "ops.job",
         "studies.options",

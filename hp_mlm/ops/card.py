@@ -73,6 +73,16 @@ Sentences about the corpus with one word hidden, the word the corpus gives as th
 | answer is the first guess (top-1) | {{ probes.before_top1 }} | {{ probes.after_top1 }} |
 | answer in the top-{{ top_k }} | {{ probes.before_topk }} | {{ probes.after_topk }} |
 {% endif %}
+{%- if first_right %}
+## When the corpus's words were learned first
+
+While it trained, the model's first guess at each mask of the course's example sentences was read
+every {{ watch_every }} optimiser steps; the corpus's word came first at:
+
+{% for line in first_right -%}
+- {{ line }}
+{% endfor %}
+{% endif %}
 ## Training
 
 | setting | value |
@@ -153,12 +163,16 @@ def card_summary(
         before, after: ``evaluation.evaluate`` results on the frozen held-out rows.
     Returns:
         A JSON-able dict: ``settings`` (those in ``SETTINGS_SHOWN``), ``held_out`` ({"before", "after"}),
-        ``probes``, ``run``, ``seconds`` (``train``, ``total``), ``data``; missing parts are absent.
+        ``probes``, ``run``, ``seconds`` (``train``, ``total``), ``data``, ``watch`` (``every`` and
+        ``first_right``: when each example's word came first, ``course.watch``); missing parts are absent.
     """
     settings = settings.as_dict() if isinstance(settings, Settings) else dict(settings)
     summary: dict[str, Any] = {"settings": {k: settings[k] for k in SETTINGS_SHOWN if k in settings}}
     summary["top_k"] = settings.get("top_k", 5)
     held: dict[str, Any] = {}
+    watch = (metrics or {}).get("watch") or (history or {}).get("watch")
+    if watch and watch.get("frames"):
+        summary["watch"] = {"every": watch["every"], "first_right": watch["first_right"]}
     if history:
         summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
         summary["seconds"] = {"train": sum(e["seconds"] for e in history["epochs"])}
@@ -252,7 +266,19 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
         "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",
         "commit": f"`{commit}`" if commit else "unknown (not run from a git checkout)",
+        "watch_every": summary.get("watch", {}).get("every"),
+        "first_right": [first_right_text(hit) for hit in summary.get("watch", {}).get("first_right", [])],
     }
+
+
+def first_right_text(hit: dict[str, Any]) -> str:
+    """One mask's first step with the corpus's word first (``course.watch``), in words:
+    ``Hob [MASK]: tanner, step 70 (0.4 min of training)``."""
+    if hit["step"] is None:
+        return f"{hit['mask']}: {hit['answer']}, not first in any frame"
+    if hit["step"] == 0:
+        return f"{hit['mask']}: {hit['answer']}, first before training"
+    return f"{hit['mask']}: {hit['answer']}, step {hit['step']} ({hit['seconds'] / 60:.1f} min of training)"
 
 
 def write_model_card(

@@ -38,6 +38,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         push_to_hub=args.push_to_hub,
         log=lambda line: print(as_flags(line)),
         candidates=args.candidates,
+        watch_every=args.watch_every,
     )
     if not process_state().is_main_process:  # under accelerate launch, one report
         return 0

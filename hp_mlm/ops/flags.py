@@ -181,6 +181,23 @@ def _train_flags(sub) -> None:
     t.add_argument(
         "--push-to-hub", metavar="REPO", help="upload the fine-tuned model to this Hub repository (needs a token)"
     )
+    t.add_argument(
+        "--watch-every",
+        metavar="STEPS",
+        type=_steps,
+        default=None,
+        help="optimiser steps between two lines that show the examples' guesses and the probes right while "
+        "training runs (default: about 12 lines in the run; 0: none)",
+    )
+
+
+def _steps(text: str) -> int:
+    """A ``--watch-every`` value: a whole number of steps, 0 or more."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number of optimiser steps, 0 or more (0: off), got {text!r}"
+        )
+    return int(text)
 
 
 def _compare_flags(sub) -> None:
@@ -257,7 +274,7 @@ def _evaluate_flags(sub) -> None:
 
 
 #: Options that are not settings (``job.run_job``'s and ``options.compare_options``' arguments), named in messages.
-JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds")
+JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds", "watch_every")
 
 
 def flag_for(name: str) -> str:

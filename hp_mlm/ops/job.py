@@ -70,6 +70,7 @@ def run_job(
     log: Callable[[str], None] = print,
     push_to_hub: str | None = None,
     candidates: str | Path | None = None,
+    watch_every: int | None = None,
 ) -> dict[str, Any]:
     """The whole main job; writes ``model/`` (with its model card, ``model/README.md``: ``card.write_model_card``),
     ``metrics.json``, ``history.json`` and two PNG plots.
@@ -78,15 +79,17 @@ def run_job(
     stopping, the best epoch's, whose weights the model then holds). With ``push_to_hub="user/name"``
     the saved model folder, card included, is uploaded to that Hub repository at the end (a Hugging Face token is
     checked for before training starts). ``candidates``: a file of words ranked at every probe's mask
-    that lists none of its own (``probes.read_candidates``).
+    that lists none of its own (``probes.read_candidates``). ``watch_every``: optimiser steps between two
+    frames of ``course.watch.WatchLearning`` (a line each in the log; None: about 12 in the run; 0: none).
 
     Returns:
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
         ``cross_entropy``, ``perplexity``, ``n_positions``, ...), ``original_tutorial_accuracy``,
-        ``probes``, ``examples``, ``data``, ``settings``, ``run`` (device, processes, precision) and
-        ``seconds`` (wall time per phase: ``load``, ``tokenise``, ``evaluate_before``, ``train``,
-        ``evaluate_after``, ``predict``, ``save``, ``total``; validation between epochs is in
-        ``train``'s wall time but not in ``train_clock``, the loop's own clock).
+        ``probes``, ``examples``, ``watch`` (the frames, and the step at which each example's word first
+        came first), ``data``, ``settings``, ``run`` (device, processes, precision) and ``seconds`` (wall
+        time per phase: ``load``, ``tokenise``, ``evaluate_before``, ``train``, ``watch``,
+        ``evaluate_after``, ``predict``, ``save``, ``total``; validation between epochs is in ``train``'s
+        wall time but not in ``train_clock``, the loop's own clock; the watch's frames are in neither).
     """
     started = time.perf_counter()
     out = Path(settings.output_dir)
@@ -104,7 +107,7 @@ def run_job(
     before = measure(prep, prep.loaded.model, "before", words, probe_list)
     seconds["evaluate_before"] = time.perf_counter() - phase
     log_before_training(prep, before, state.num_processes, log)
-    history, after = train_and_measure(prep, out, resume, seconds, log, words)
+    history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every))
     phase = time.perf_counter()
     after["probes"] = predict(prep, probe_list)
     seconds["predict"] = time.perf_counter() - phase
@@ -258,10 +261,21 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
 
 
 def train_and_measure(
-    prep: Prepared, out: Path, resume: bool, seconds: dict[str, float], log: Callable[[str], None], words: list | None
+    prep: Prepared,
+    out: Path,
+    resume: bool,
+    seconds: dict[str, float],
+    log: Callable[[str], None],
+    words: list | None,
+    watched: tuple[list, int | None] = ([], 0),
 ) -> tuple[dict, dict]:
     """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
-    ``seconds`` gains ``train``, ``train_clock`` and ``evaluate_after``."""
+    ``seconds`` gains ``train``, ``train_clock``, ``watch`` and ``evaluate_after``. ``watched``: the probes
+    and the steps between two frames of the watch (``course.watch``; 0: none)."""
+    from tqdm.auto import tqdm
+
+    from hp_mlm.course.watch import WatchLearning
+
     s, model = prep.settings, prep.loaded.model
     phase = time.perf_counter()
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
@@ -269,12 +283,18 @@ def train_and_measure(
     budget = time_budget(plan)
     validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience)
     epochs = [] if s.progress else [LogEpochs(log, s.epochs)]  # without progress bars, a line per epoch
-    callbacks: list[Callback] = [validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last: with the scores
     if plan.history["optimizer_steps"]:
         log(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
             f"after {plan.batches_done} of its batches)"
         )
+    probe_list, every = watched
+    watch = (
+        []
+        if every == 0 or not plan.accelerator.is_main_process
+        else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, tqdm.write if s.progress else log)]
+    )  # first: its last frame shows the weights trained, before early stopping takes the best epoch's
+    callbacks: list[Callback] = [*watch, validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last
     history = run_training(plan, callbacks)
     last = history["epochs"][-1]
     if budget.stopped_at and ("batches_done" in last or last["epoch"] < s.epochs):  # stopped before the end
@@ -285,7 +305,8 @@ def train_and_measure(
             "and its checkpoint kept: rerun with `resume` to continue"
         )
     validated = history.get("final_validation") or history["epochs"][-1]["validation"]
-    seconds["train"] = time.perf_counter() - phase - validated["seconds"]
+    seconds["watch"] = watch[0].seconds if watch else 0.0
+    seconds["train"] = time.perf_counter() - phase - validated["seconds"] - seconds["watch"]
     seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
     phase = time.perf_counter()
     after = measure(prep, model, "after", words, held=validated)
@@ -313,6 +334,7 @@ def collect_metrics(
             "after": after["probes"],
             "changed": changed_probes(before["probes"], after["probes"]),
         },
+        "watch": history.get("watch"),
         "entities": prep.entities[:50],
         "examples": [
             {"text": text, "answers": list(answers), "before": b, "after": a}

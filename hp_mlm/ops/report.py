@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from hp_mlm.ops.card import first_right_text
+
 
 def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     """The probes whose top-1 answer changed with fine-tuning: ``[{"text", "answer", "before", "after", "right"}]``."""
@@ -38,11 +40,32 @@ def format_report(metrics: dict[str, Any]) -> str:
         lines += _probe_lines(p["before"], p["after"])
     lines.append("")
     lines += _example_lines(metrics["examples"])
+    lines += _first_right_lines(metrics.get("watch"))
     for row in p["after"]["rows"]:
         mark = "right" if row["hit_top1"] else "wrong"
         pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
         lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']}{pieces})")
+    lines += _time_lines(metrics.get("seconds", {}))
     return "\n".join(lines)
+
+
+def _first_right_lines(watch: dict[str, Any] | None) -> list[str]:
+    """When each example's corpus word first came first, from the watch's frames (``course.watch``)."""
+    if not watch or not watch.get("frames"):
+        return []
+    lines = [f"when the corpus's word first came first (a frame every {watch['every']} optimiser steps):"]
+    return lines + [f"    {first_right_text(hit)}" for hit in watch["first_right"]]
+
+
+def _time_lines(seconds: dict[str, float]) -> list[str]:
+    """The training clock, the watch's cost beside it, and the whole job's wall time."""
+    if "train_clock" not in seconds:
+        return []
+    line = f"time: training clock {seconds['train_clock']:.0f} s"
+    if seconds.get("watch"):
+        share = seconds["watch"] / seconds["train_clock"] if seconds["train_clock"] else 0.0
+        line += f", watch {seconds['watch']:.1f} s ({share:.1%} of it, off the clock)"
+    return [line + (f", whole job {seconds['total']:.0f} s" if "total" in seconds else "")]
 
 
 def _whole_word_lines(words: dict[str, Any]) -> list[str]:

@@ -1,0 +1,288 @@
+"""Watch it learn: the example sentences and the probes scored every few optimiser steps while training runs.
+
+Taught in ``notebooks/03_training.ipynb``, whose real run shows it; the main job (``python -m hp_mlm
+train``) prints it, a line per frame. :class:`WatchLearning` is a ``training.Callback``: every
+``every`` optimiser steps it asks the model for its top-3 tokens at each mask of the profile's example
+sentences (``inference.examples``) and counts the probes with a one-token answer that it gets right
+(``studies.probes``: the answer its first guess; a name of several pieces needs a whole-word beam per
+probe, about 20 times the cost of the rest of a frame, so the watch leaves those to the report), then
+redraws one display in place: a table *step -> guesses*, a row per frame so that the history stays on
+screen, and the loss curve so far beside the probe count. In Jupyter and Colab it updates through
+``IPython.display`` display handles (no widget front end), so a saved notebook keeps the last frame;
+elsewhere it writes one line per frame.
+
+It does not change the run: scoring runs in eval mode under ``torch.inference_mode``, draws no random
+numbers, and the loop keeps callbacks off its training clock; its own cost is ``seconds``. The frames go
+into the run's history (``history["watch"]``, so a checkpoint keeps them), with the first step at which
+each example's corpus word came first.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+from transformers import PreTrainedTokenizerBase
+
+from hp_mlm.inference import examples, fill_mask
+from hp_mlm.studies.probes import default_probes, load_probes, normalise_answer, score_probes
+from hp_mlm.training import Callback, TrainingPlan
+
+#: Frames a run shows while it trains (besides the one before the first step): about 12, so 8 to 16.
+FRAMES = 12
+#: Tokens shown at each mask in a frame.
+SHOWN = 3
+
+
+def watch_every(total_steps: int, frames: int = FRAMES) -> int:
+    """Optimiser steps between two frames so that a run of ``total_steps`` shows about ``frames`` of them
+    (``ceil(total_steps / frames)``, at least 1: a run of 8 to 16 steps shows every step)."""
+    return max(1, math.ceil(total_steps / frames))
+
+
+def mask_label(sentence: str, mask: int, mask_token: str = "[MASK]") -> str:
+    """A short name for mask ``mask`` (0-based) of ``sentence``: the word before it, or the word after it
+    for a mask that opens the sentence (``"Hob [MASK]"``, ``"[MASK] Ashdown"``)."""
+    parts = sentence.split(mask_token)
+    before, after = parts[mask].split(), parts[mask + 1].split()
+    if before:
+        return f"{before[-1]} {mask_token}"
+    return f"{mask_token} {after[0].strip('.,;:!?')}" if after else mask_token
+
+
+class WatchLearning(Callback):
+    """Score the examples and the probes every ``every`` optimiser steps, and show each frame.
+
+    Args:
+        plan: the run's ``training.TrainingPlan``; its model is scored (in place, mode restored) and its
+            history keeps the frames (``history["watch"]``: ``{"every", "frames", "first_right",
+            "seconds"}``). A fresh run is scored once now, as step 0; a resumed one shows its frames so far.
+        tokenizer: the model's tokenizer.
+        probes: probes as ``studies.probes.load_probes`` gives them, of which those with a one-token
+            answer are counted; None: those shipped with the profile's corpus (none for other data).
+        every: optimiser steps between frames; None: :func:`watch_every` of the run's steps; 0: off.
+        log: where a frame's line goes (``print``, the job's log); None: a notebook's display updated in
+            place when an IPython kernel runs this, else ``print``.
+    Each frame is ``{"step", "seconds"`` (training clock), ``"examples"`` (``[sentence][mask]``: the top-3
+    ``{"token", "score"}``), ``"probes_right"``, ``"probes"}`` (top-1 hits of how many one-token probes).
+    """
+
+    def __init__(
+        self,
+        plan: TrainingPlan,
+        tokenizer: PreTrainedTokenizerBase,
+        probes: Sequence[dict[str, Any]] | None = None,
+        every: int | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if probes is None:
+            shipped = default_probes(plan.settings)
+            probes = load_probes(shipped) if shipped else []
+        one_token = [p for p in probes if len(tokenizer.tokenize(normalise_answer(p["answer"], tokenizer))) == 1]
+        self.plan, self.tokenizer = plan, tokenizer
+        self.probes = [{"text": p["text"], "answer": p["answer"]} for p in one_token]  # no candidates to rank
+        self.examples = examples(plan.settings.dataset)
+        self.every = watch_every(plan.total_steps) if every is None else every
+        self.log, self.handles = log, None
+        if log is None and not _in_kernel():
+            self.log = print
+        self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
+        self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
+        self.record.setdefault("first_right", self.first_right())
+        if self.every and not self.record["frames"]:
+            self.frame(plan.model, 0, 0.0)
+        elif self.record["frames"] and self.log is None:
+            self.show()
+
+    @property
+    def seconds(self) -> float:
+        """Seconds spent scoring and drawing frames (off the training clock)."""
+        return self.record["seconds"]
+
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:
+        self.losses.append((step["step"], step["loss"]))
+        if self.every and step["step"] % self.every == 0:
+            self.frame(model, step["step"], step["seconds"])
+        return False
+
+    def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
+        """The last step's frame, when the last step was not a frame's (pass this callback before
+        ``Validate``, so that the frame shows the weights the run trained, not the best epoch's)."""
+        frames, steps = self.record["frames"], history["steps"]
+        if self.every and steps and (not frames or frames[-1]["step"] != steps[-1]["step"]):
+            self.frame(model, steps[-1]["step"], steps[-1]["seconds"])
+
+    def frame(self, model: nn.Module, step: int, seconds: float) -> dict[str, Any]:
+        """Score ``model`` now, keep the frame as optimiser step ``step`` at ``seconds`` of training, show it."""
+        started = time.perf_counter()
+        sentences = [text for text, _ in self.examples]
+        with torch.inference_mode():  # fill_mask switches to eval mode (no dropout) and back
+            found = fill_mask(model, self.tokenizer, sentences, top_k=SHOWN)
+            hits = score_probes(model, self.tokenizer, self.probes, top_k=1)["hits_top1"] if self.probes else 0
+        guesses = [[[{"token": c["token"], "score": round(c["score"], 4)} for c in mask] for mask in s] for s in found]
+        frame = {
+            "step": step,
+            "seconds": seconds,
+            "examples": guesses,
+            "probes_right": hits,
+            "probes": len(self.probes),
+        }
+        self.record["frames"].append(frame)
+        self.record["first_right"] = self.first_right()
+        self.show()
+        self.record["seconds"] += time.perf_counter() - started
+        return frame
+
+    def first_right(self) -> list[dict[str, Any]]:
+        """For each mask of each example: ``{"mask"`` (its short name), ``"answer"``, ``"step"``, ``"seconds"}``
+        of the first frame whose first guess was the corpus's word (step and seconds None: not yet)."""
+        firsts = []
+        for s, (text, answers) in enumerate(self.examples):
+            for m, answer in enumerate(answers):
+                hit = next((f for f in self.record["frames"] if f["examples"][s][m][0]["token"] == answer), {})
+                firsts.append(
+                    {
+                        "mask": mask_label(text, m),
+                        "answer": answer,
+                        "step": hit.get("step"),
+                        "seconds": hit.get("seconds"),
+                    }
+                )
+        return firsts
+
+    def show(self) -> None:
+        """The last frame as a line (``log``), or the whole table and the curves in a notebook, in place."""
+        if self.log is not None:
+            self.log(frame_line(self.record["frames"][-1], self.examples))
+            return
+        from IPython.display import display
+
+        shown = (FramesTable(self.record["frames"], self.examples), LearningCurves(self.losses, self.record["frames"]))
+        if self.handles is None:
+            self.handles = [display(item, display_id=True) for item in shown]
+        else:
+            for handle, item in zip(self.handles, shown):
+                handle.update(item)
+
+
+def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
+    """The frames that tell a run's story (notebook 04): the first, each frame where a mask's corpus word
+    first came first, and the last, in step order. ``watch``: a run's ``history["watch"]``."""
+    frames = watch["frames"]
+    turned = {hit["step"] for hit in watch["first_right"] if hit["step"] is not None}
+    return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
+
+
+def _in_kernel() -> bool:
+    """True when an IPython kernel (Jupyter, Colab, VS Code) runs this: display handles update there."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None
+
+
+def _guess(c: dict[str, Any], with_score: bool = True) -> str:
+    return f"{c['token']} {c['score']:.2f}" if with_score else c["token"]
+
+
+def frame_line(frame: dict[str, Any], shown: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """One frame as a log line: the first example's top-3, how many masks have the corpus's word first,
+    and the probes right, e.g. ``step 40 (0.3 min)  Hob [MASK] -> tanner 0.41, ##water, ##by  masks 1/5
+    probes 3/35``."""
+    text, _ = shown[0]
+    first = frame["examples"][0][0]
+    guesses = ", ".join(_guess(c, i == 0) for i, c in enumerate(first))
+    answers = [a for _, words in shown for a in words]
+    tops = [mask[0]["token"] for sentence in frame["examples"] for mask in sentence]
+    right = sum(t == a for t, a in zip(tops, answers))
+    line = f"step {frame['step']} ({frame['seconds'] / 60:.1f} min)  {mask_label(text, 0)} -> {guesses}"
+    line += f"  masks {right}/{len(answers)} first"
+    return line + (f"  probes {frame['probes_right']}/{frame['probes']}" if frame["probes"] else "")
+
+
+class FramesTable:
+    """The frames as a table, a row per frame: the optimiser step, the top-3 at each mask (the corpus's
+    word in bold where it comes first), probes right (no times: they change every run). Renders as HTML in a notebook, text elsewhere."""
+
+    def __init__(self, frames: Sequence[dict[str, Any]], shown: Sequence[tuple[str, Sequence[str]]]) -> None:
+        self.frames, self.shown = frames, shown
+        self.masks = [
+            (s, m, mask_label(text, m), a) for s, (text, words) in enumerate(shown) for m, a in enumerate(words)
+        ]
+
+    def cells(self, frame: dict[str, Any], mark: Callable[[str], str], escape: Callable[[str], str] = str) -> list[str]:
+        """One frame's row; ``mark`` marks a first guess that is the corpus's word, ``escape`` each guess."""
+        row = [str(frame["step"])]
+        for s, m, _, answer in self.masks:
+            guesses = frame["examples"][s][m]
+            texts = [escape(_guess(c, i == 0)) for i, c in enumerate(guesses)]
+            if guesses and guesses[0]["token"] == answer:
+                texts[0] = mark(texts[0])
+            row.append(", ".join(texts))
+        return row + ([f"{frame['probes_right']}/{frame['probes']}"] if self.frames[0]["probes"] else [])
+
+    def header(self) -> list[str]:
+        probes = ["one-token probes right"] if self.frames[0]["probes"] else []
+        return ["step", *(f"{label} ({answer})" for _, _, label, answer in self.masks), *probes]
+
+    def __repr__(self) -> str:
+        rows = [self.header()] + [self.cells(f, lambda t: f"*{t}*") for f in self.frames]
+        return "\n".join("  |  ".join(row) for row in rows)
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header())
+        body = "".join(
+            "<tr>" + "".join(f"<td>{c}</td>" for c in self.cells(f, lambda t: f"<b>{t}</b>", html.escape)) + "</tr>"
+            for f in self.frames
+        )
+        note = "the top-3 tokens at each mask, after each optimiser step shown (in bold: the corpus's word, first)"
+        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p><small>{note}</small></p>"
+
+
+class LearningCurves:
+    """The loss so far (per step, and its running mean) beside the probes right at each frame, as a PNG."""
+
+    def __init__(self, losses: Sequence[tuple[int, float]], frames: Sequence[dict[str, Any]], smooth: int = 10) -> None:
+        self.losses, self.frames, self.smooth = losses, frames, smooth
+
+    def __repr__(self) -> str:
+        last = self.frames[-1]
+        probes = f", {last['probes_right']} of {last['probes']} one-token probes right" if last["probes"] else ""
+        return f"<learning curves: {len(self.losses)} steps, {len(self.frames)} frames{probes}>"
+
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:  # noqa: ARG002 - IPython's signature
+        from matplotlib.figure import Figure
+
+        fig = Figure(figsize=(9, 2.8))
+        loss_ax, probe_ax = fig.subplots(1, 2)
+        steps, losses = [s for s, _ in self.losses], [x for _, x in self.losses]
+        loss_ax.plot(steps, losses, lw=0.8, alpha=0.4, label="per step")
+        if losses:
+            k = self.smooth
+            running = [
+                sum(losses[max(0, i - k + 1) : i + 1]) / len(losses[max(0, i - k + 1) : i + 1])
+                for i in range(len(losses))
+            ]
+            loss_ax.plot(steps, running, lw=2, label=f"running mean ({k} steps)")
+            loss_ax.legend(fontsize=8)
+        loss_ax.set(xlabel="optimiser step", ylabel="cross-entropy (nats)", title="Training loss so far")
+        probe_ax.plot([f["step"] for f in self.frames], [f["probes_right"] for f in self.frames], "o-")
+        probe_ax.set(
+            xlabel="optimiser step",
+            ylabel="right (top-1)",
+            title=f"One-token probes right, of {self.frames[-1]['probes']}",
+        )
+        probe_ax.set_ylim(0, max(1, self.frames[-1]["probes"]))
+        fig.tight_layout()
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=90)
+        return {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"), "text/plain": repr(self)}

@@ -1,0 +1,146 @@
+"""The watch (course.watch): frames while training runs, which change nothing in the run."""
+
+import json
+
+import torch
+from helpers import SENTENCES, run_cli, tokenised
+
+from hp_mlm.config import get_settings, resolve_auto
+from hp_mlm.course.watch import (
+    FramesTable,
+    LearningCurves,
+    WatchLearning,
+    frame_line,
+    key_frames,
+    mask_label,
+    watch_every,
+)
+from hp_mlm.models import build_smoke_model
+from hp_mlm.ops.job import run_training
+from hp_mlm.training import plan_training
+
+PROBES = [
+    {"text": "Hob Tanner rowed the ferry across the [MASK] Lake.", "answer": "silver"},
+    {"text": "Mira [MASK] crossed the Silver Lake at dawn.", "answer": "ashdown", "candidates": ["ashdown", "tanner"]},
+    {"text": "Jasper read about [MASK] in the library.", "answer": "thornbacks"},  # several pieces in any vocabulary
+]
+
+
+def _settings(**changes):
+    base = dict(epochs=3, batch_size=2, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
+    return resolve_auto(get_settings("smoke", environ={}, **{**base, **changes}), head_newly_initialised=True)
+
+
+def _train(tokenizer, watch: bool, lines: list | None = None):
+    model = build_smoke_model(tokenizer)
+    plan = plan_training(model, tokenizer, tokenised(tokenizer, SENTENCES * 2), _settings())
+    callbacks = [WatchLearning(plan, tokenizer, PROBES, every=3, log=lines.append)] if watch else []
+    history = run_training(plan, callbacks)
+    return model, history, callbacks
+
+
+def test_the_final_weights_with_the_watch_equal_those_without_it_bitwise(smoke_tokenizer):
+    lines = []
+    watched, history, (watch,) = _train(smoke_tokenizer, True, lines)
+    plain, plain_history, _ = _train(smoke_tokenizer, False)
+    a, b = watched.state_dict(), plain.state_dict()
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)  # bitwise, every tensor
+    assert [s["loss"] for s in history["steps"]] == [s["loss"] for s in plain_history["steps"]]
+    frames = history["watch"]["frames"]
+    total = history["optimizer_steps"]  # 16 rows in batches of 2, 3 epochs: 24
+    assert total == 24 and [f["step"] for f in frames] == list(range(0, total + 1, 3))  # step 0, then every 3
+    assert len(lines) == len(frames) and lines[0].startswith("step 0 (0.0 min)")
+    assert watch.seconds > 0 and history["watch"]["seconds"] == watch.seconds
+    assert not watched.training  # train() leaves the model in eval mode, as without the watch
+
+
+def test_a_frame_scores_the_examples_top_3_and_counts_only_one_token_probes(smoke_tokenizer):
+    model = build_smoke_model(smoke_tokenizer)
+    plan = plan_training(model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), _settings())
+    model.train()
+    watch = WatchLearning(plan, smoke_tokenizer, PROBES, every=5, log=lambda _: None)
+    assert model.training  # scoring restored the mode
+    (frame,) = plan.history["watch"]["frames"]
+    one_token = [p for p in PROBES if len(smoke_tokenizer.tokenize(p["answer"])) == 1]
+    assert 0 < len(one_token) < len(PROBES)
+    assert frame["step"] == 0 and frame["probes"] == len(one_token)  # a name of several pieces is left out
+    n_masks = [text.count("[MASK]") for text, _ in watch.examples]
+    assert [len(sentence) for sentence in frame["examples"]] == n_masks
+    assert all(len(mask) == 3 for sentence in frame["examples"] for mask in sentence)
+    first = plan.history["watch"]["first_right"]
+    assert len(first) == sum(n_masks) and all(set(f) == {"mask", "answer", "step", "seconds"} for f in first)
+
+
+def test_first_right_is_the_first_frame_whose_first_guess_is_the_corpus_word(smoke_tokenizer):
+    model = build_smoke_model(smoke_tokenizer)
+    plan = plan_training(model, smoke_tokenizer, tokenised(smoke_tokenizer, SENTENCES), _settings())
+    watch = WatchLearning(plan, smoke_tokenizer, [], every=0, log=lambda _: None)  # off: no frame at step 0
+    assert plan.history["watch"]["frames"] == []
+    text, (answer,) = watch.examples[0]
+    others = [[[{"token": "x", "score": 0.1}]] * len(words) for _, words in watch.examples]
+    for step, top in ((0, "wrong"), (40, answer), (80, "wrong"), (120, answer)):
+        frame = {"step": step, "seconds": step / 2, "examples": [[[{"token": top, "score": 0.5}]], *others[1:]]}
+        watch.record["frames"].append({**frame, "probes_right": 0, "probes": 0})
+    first = watch.first_right()[0]
+    assert first == {"mask": mask_label(text, 0), "answer": answer, "step": 40, "seconds": 20.0}
+    assert watch.first_right()[1]["step"] is None  # never first
+    watch.record["first_right"] = watch.first_right()
+    assert [f["step"] for f in key_frames(watch.record)] == [0, 40, 120]  # the first, where it turned, the last
+
+
+def test_mask_labels_name_the_word_beside_each_mask():
+    assert mask_label("Every autumn, Hob [MASK] painted the ferry.", 0) == "Hob [MASK]"
+    assert mask_label("[MASK] Ashdown and Poppy [MASK] rowed.", 0) == "[MASK] Ashdown"
+    assert mask_label("[MASK] Ashdown and Poppy [MASK] rowed.", 1) == "Poppy [MASK]"
+
+
+def test_a_run_shows_8_to_16_frames_while_it_trains():
+    for total in (8, 9, 16, 37, 100, 480, 4321):
+        every = watch_every(total)
+        assert 8 <= total // every + (total % every > 0) <= 16, total
+    assert watch_every(3) == 1
+
+
+def test_the_notebook_view_is_a_table_with_html_and_text_and_a_png_with_text():
+    examples = (("Hob [MASK] rowed <home>.", ("tanner",)),)
+    frames = [
+        {"step": 0, "seconds": 0.0, "examples": [[[{"token": "<b>", "score": 0.2}]]], "probes_right": 0, "probes": 4},
+        {
+            "step": 40,
+            "seconds": 30.0,
+            "examples": [[[{"token": "tanner", "score": 0.41}]]],
+            "probes_right": 3,
+            "probes": 4,
+        },
+    ]
+    table = FramesTable(frames, examples)
+    html = table._repr_html_()
+    assert html.count("<tr>") == 3 and "<b>tanner 0.41</b>" in html and "&lt;b&gt;" in html  # tokens escaped
+    assert "*tanner 0.41*" in repr(table) and "3/4" in repr(table)
+    bundle = LearningCurves([(1, 7.0), (2, 6.5)], frames)._repr_mimebundle_()
+    assert set(bundle) == {"image/png", "text/plain"} and "3 of 4 one-token probes right" in bundle["text/plain"]
+    assert (
+        frame_line(frames[1], examples) == "step 40 (0.5 min)  Hob [MASK] -> tanner 0.41  masks 1/1 first  probes 3/4"
+    )
+
+
+def test_the_main_job_prints_the_frames_and_records_them(tmp_path):
+    out = tmp_path / "run"
+    done = run_cli("train", "--profile", "smoke", "--epochs", "4", "--output-dir", str(out), "--watch-every", "5")
+    assert done.returncode == 0, done.stderr
+    frames = [line for line in done.stdout.splitlines() if line.startswith("step ")]
+    metrics = json.loads((out / "metrics.json").read_text())
+    steps = [f["step"] for f in metrics["watch"]["frames"]]
+    assert len(frames) == len(steps) and steps[:2] == [0, 5]
+    assert "when the corpus's word first came first (a frame every 5 optimiser steps):" in done.stdout
+    assert metrics["seconds"]["watch"] > 0 and "watch" in done.stdout.splitlines()[-3]
+    history = json.loads((out / "history.json").read_text())
+    assert history["watch"]["frames"] == metrics["watch"]["frames"]
+    assert "learned first" in (out / "model" / "README.md").read_text()
+    off = run_cli(
+        "train", "--profile", "smoke", "--epochs", "1", "--output-dir", str(tmp_path / "off"), "--watch-every", "0"
+    )
+    assert off.returncode == 0 and not [line for line in off.stdout.splitlines() if line.startswith("step ")]
+    bad = run_cli("train", "--profile", "smoke", "--watch-every", "-3")
+    assert bad.returncode == 2 and "whole number of optimiser steps" in bad.stderr
