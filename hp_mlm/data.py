@@ -3,8 +3,8 @@
 Taught in ``notebooks/01_tokenising.ipynb``. Loading goes through ``datasets``; split strings such
 as ``train[:10%]`` are parsed here and counted as ``datasets`` counts them (a percentage to the
 nearest row, exact halves to the even row), the same way for Hub and local data. The names of people, places and things in a corpus (for entity masking and
-per-kind metrics, notebook 05) are found offline from capitalisation (:func:`find_entities`), or
-with a spaCy model when one is installed (:func:`find_entities_spacy`).
+per-kind metrics, notebook 05) are found offline from capitalisation (:func:`find_entities`); notebook
+05 names the alternative, a spaCy model (``studies.entities.find_entities_spacy``).
 """
 
 from __future__ import annotations
@@ -313,28 +313,3 @@ def find_entities(texts: Sequence[str], min_count: int = 3, capitalised_share: f
         k for k, n in inside.items() if n >= min_count and capital[k] >= capitalised_share * total[k] and len(k) > 1
     ]
     return sorted(found, key=lambda k: (-inside[k], k))
-
-
-def find_entities_spacy(texts: Sequence[str], model: str = "en_core_web_sm", min_count: int = 2) -> list[str]:
-    """Entity words found by a spaCy model you have installed (people, places, organisations, things).
-
-    Raises:
-        ImportError: spaCy or the model is not installed (says how to install it, or to use
-            :func:`find_entities`, which needs nothing).
-    """
-    try:
-        import spacy
-
-        nlp = spacy.load(model, disable=["parser", "lemmatizer"])
-    except (ImportError, OSError) as error:
-        raise ImportError(
-            f"spaCy model {model!r} is not available ({error}); install it with "
-            f"'pip install spacy && python -m spacy download {model}', or use find_entities()"
-        ) from None
-    kinds = {"PERSON", "GPE", "LOC", "ORG", "FAC", "NORP", "PRODUCT", "WORK_OF_ART"}
-    counts: Counter = Counter()
-    for doc in nlp.pipe(t for t in texts if t):
-        for ent in doc.ents:
-            if ent.label_ in kinds:
-                counts.update(w.lower() for w in re.findall(r"[^\W\d_]+", ent.text))
-    return [k for k, n in counts.most_common() if n >= min_count]

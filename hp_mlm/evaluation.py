@@ -30,9 +30,9 @@ from .masking import IGNORE_INDEX
 from .tokens import pad_batch
 
 #: What :func:`evaluate` adds up, batch by batch and then over processes (one all-reduce, in this
-#: order, then each breakdown's counts): masked tokens scored, top-1 and top-k hits, and the summed
-#: cross-entropy (nats).
-SUMS = ("masked", "top1", "topk", "nll")
+#: order, then each breakdown's counts): rows with a real token, masked tokens scored, top-1 and top-k
+#: hits, and the summed cross-entropy (nats).
+SUMS = ("rows", "masked", "top1", "topk", "nll")
 
 
 def evaluate(
@@ -59,7 +59,9 @@ def evaluate(
             pass, each counted once (``studies.breakdowns``: ``BY_KIND`` adds ``kinds``, top-1 per kind of
             token; ``BY_WORD`` adds ``words``, whole-word top-1, for masks frozen whole).
     Returns:
-        ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "seconds"}``:
+        ``{"top1", "top5", "cross_entropy", "perplexity", "n_positions", "n_rows", "seconds"}``
+        (``n_rows``: the rows scored; a row with no real token, its ``attention_mask`` all 0, has
+        nothing the model reads, so its labels are not scored and it is not counted there):
         top-1 and top-``top_k`` accuracy as fractions in [0, 1] (the key stays ``top5``), mean
         cross-entropy in nats, perplexity = exp(mean cross-entropy), and wall time in seconds; plus
         one entry per breakdown (``kinds``, ``words``), before ``seconds``.
@@ -84,10 +86,9 @@ def evaluate(
     with inference_mode(model), out_of_memory_in("the held-out evaluation", lower):
         for rows in batches[state.process_index :: state.num_processes]:
             batch = pad_batch([frozen_rows[i] for i in rows], tokenizer)
+            sums["rows"] += int(batch["attention_mask"].any(dim=1).sum())  # a row of padding alone is no row
             labels = batch["labels"].to(device)
-            target = labels != IGNORE_INDEX  # the masked positions: only these are scored
-            if not bool(target.any()):
-                continue
+            target = (labels != IGNORE_INDEX) & batch["attention_mask"].bool().to(device)  # masked, real tokens
             with autocast(precision, device):
                 logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
             logits, gold = logits.float(), labels[target]
@@ -101,7 +102,7 @@ def evaluate(
                 for name, value in breakdown.sums(batch, tokenizer, target.cpu(), right).items():
                     sums[name] += value
     sums = dict(zip(names, sum_across_processes([sums[name] for name in names])))  # one all-reduce
-    result = scores(sums, len(frozen_rows)) | {breakdown.key: breakdown.result(sums) for breakdown in breakdowns}
+    result = scores(sums) | {breakdown.key: breakdown.result(sums) for breakdown in breakdowns}
     return result | {"seconds": time.perf_counter() - started}
 
 
@@ -114,7 +115,7 @@ def perplexity(cross_entropy: float) -> float:
     return math.exp(cross_entropy)
 
 
-def scores(sums: dict[str, float], n_rows: int) -> dict[str, Any]:
+def scores(sums: dict[str, float]) -> dict[str, Any]:
     """:func:`evaluate`'s result from its :data:`SUMS` (see :func:`evaluate` for the keys); with nothing
     masked at all, None for the accuracies, cross-entropy and perplexity, not an accuracy of 0.0."""
     n = int(sums["masked"])
@@ -125,5 +126,5 @@ def scores(sums: dict[str, float], n_rows: int) -> dict[str, Any]:
         "cross_entropy": cross_entropy,
         "perplexity": perplexity(cross_entropy) if n else None,
         "n_positions": n,
-        "n_rows": n_rows,
+        "n_rows": int(sums["rows"]),
     }

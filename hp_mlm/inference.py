@@ -200,7 +200,7 @@ def _token(tokenizer: PreTrainedTokenizerBase, token_id: int, score: float) -> d
     """One answer that is one vocabulary token."""
     piece = tokenizer.convert_ids_to_tokens(token_id)
     return {
-        "token": tokenizer.decode([token_id]),
+        "token": tokenizer.decode([token_id], clean_up_tokenization_spaces=False),  # one token: nothing to clean
         "token_id": token_id,
         "score": score,
         "is_subword": piece.startswith("##"),

@@ -147,6 +147,8 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
 
     Weights come from safetensors files only (``use_safetensors=True``); remote code is never run.
+    They load in float32 whatever dtype the checkpoint stores (transformers 5 would keep a half-precision
+    checkpoint's float16 or bfloat16, where AdamW's small updates round away); ``ops.job`` says when it was.
     A checkpoint without MLM-head weights (e.g. a sentence-embedding BERT) loads with a new,
     randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
     weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
@@ -170,8 +172,8 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     try:
         with quiet_transformers(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model, info = AutoModelForMaskedLM.from_pretrained(
-                name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only
+            model, info = AutoModelForMaskedLM.from_pretrained(  # float32: AdamW needs fp32 weights to move
+                name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only, dtype=torch.float32
             )
     except OSError as error:
         if is_local(name):

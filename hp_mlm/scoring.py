@@ -30,7 +30,7 @@ from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, mlm_logits, model_device, out_of_memory_in
 from .models import model_max_positions
-from .tokens import continuation_table, replacement_ids, wordlike_table
+from .tokens import check_max_length, continuation_table, replacement_ids, wordlike_table
 
 
 def with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:
@@ -125,10 +125,12 @@ def length_limit(model: nn.Module, tokenizer: PreTrainedTokenizerBase, max_lengt
     meaning unset).
 
     Raises:
-        ValueError: ``max_length`` < 3 (a mask and the two special tokens need 3).
+        ValueError: ``max_length`` < 3 (a mask and the two special tokens need 3), or above the model's
+            usable positions (``tokens.check_max_length``).
     """
     if max_length is not None and max_length < 3:
         raise ValueError(f"max_length={max_length} leaves no room for a mask between the special tokens; pass >= 3")
+    check_max_length(max_length or 0, model_max_positions(model))  # as the command line and `prepare` refuse it
     limits = (max_length, model_max_positions(model), tokenizer.model_max_length)
     return min([n for n in limits if n is not None and n < 10**6] or [10**9])
 
@@ -289,7 +291,7 @@ def predict_words(
     found: dict[str, dict[str, Any]] = {}
     for n, kept in beams.items():
         for piece_ids, lp in kept:
-            word = tokenizer.decode(piece_ids).strip()
+            word = tokenizer.decode(piece_ids, clean_up_tokenization_spaces=False).strip()  # a word: nothing to clean
             if word not in found or lp > found[word]["log_prob"]:
                 pieces = tokenizer.convert_ids_to_tokens(piece_ids)
                 found[word] = {"word": word, "pieces": pieces, "piece_ids": piece_ids, "log_prob": lp, "n_pieces": n}

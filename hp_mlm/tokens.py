@@ -255,6 +255,7 @@ def plan_batches(
     batch_size: int,
     generator: torch.Generator,
     group_by_length: bool = True,
+    processes: int = 1,
 ) -> list[list[int]]:
     """The batches of one epoch, as lists of row indices; every row appears exactly once.
 
@@ -266,6 +267,11 @@ def plan_batches(
     Args:
         lengths: tokens per row.
         generator: seeds the shuffle (same state, same batches).
+        processes: N processes each take every N-th batch (``accelerate``), and each must get as many
+            as the others, or ``accelerate`` fills the last round with copies of the first batches, so
+            that those rows train twice. So the rows of the last round and of the full round before it
+            are dealt into 2N batches (N when there is no full round): the same optimiser steps, every
+            row once (with fewer rows than that, as with ``batch_size`` 1, a process may get one copy).
     """
     n = len(lengths)
     if group_by_length:
@@ -276,7 +282,11 @@ def plan_batches(
     if group_by_length:
         shuffled = torch.randperm(len(batches), generator=generator).tolist()
         batches = [batches[i] for i in shuffled]
-    return batches
+    if uneven := len(batches) % processes:  # re-cut the last round, with the full one before it, for every process
+        tail = [row for batch in batches[-uneven - processes :] for row in batch]
+        parts = processes * (2 if len(batches) > processes else 1)
+        batches = batches[: max(0, len(batches) - uneven - processes)] + [tail[j::parts] for j in range(parts)]
+    return [batch for batch in batches if batch]
 
 
 def padding_share(batches: Sequence[Sequence[int]], lengths: Sequence[int], pad_to_length: int | None = None) -> float:

@@ -20,6 +20,7 @@ GPUs under ``accelerate launch``.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -204,13 +205,13 @@ class PositionedRows(Dataset):
         return {**self.rows[row], "epoch": epoch, "batch_index": batch_index}
 
 
-def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, epoch: int) -> DataLoader:
+def epoch_loader(data, collate_fn, lengths: Sequence[int], settings: Settings, epoch: int, processes=1) -> DataLoader:
     """The DataLoader of one epoch: the batches of ``tokens.plan_batches`` (shuffled by
     ``settings.seed`` and ``epoch``; ``lengths``: tokens per row), each row told its place
     (:class:`PositionedRows`), so its masks depend on that place only. ``accelerator.prepare`` gives
-    each of N processes every N-th batch (accelerate's ``BatchSamplerShard``)."""
+    each of ``processes`` every N-th batch (accelerate's ``BatchSamplerShard``), as many to each."""
     group = grouped(settings.padding, settings.group_by_length)
-    batches = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group)
+    batches = plan_batches(lengths, settings.batch_size, generator(settings.seed, "shuffle", epoch), group, processes)
     positioned = [[(epoch, b, row) for row in batch] for b, batch in enumerate(batches)]
     rows = PositionedRows(data)  # the loader gets its own generator: it draws nothing from the global RNG (dropout)
     return DataLoader(rows, batch_sampler=positioned, collate_fn=collate_fn, generator=torch.Generator())
@@ -233,6 +234,7 @@ class TrainingPlan:
         ran: whether :func:`train` has run this plan (a plan runs once).
         position: where the loop is, for a checkpoint (``callbacks.SaveCheckpoints``): ``{"epoch"``
             (0-based), ``"batches_done"`` (of the epoch's batches), ``"batches"`` (in the epoch)``}``.
+        memory_advice: what to lower when a step runs out of memory (:func:`memory_advice`, said once).
     """
 
     model: nn.Module
@@ -251,6 +253,7 @@ class TrainingPlan:
     output_dir: Path | None
     ran: bool = False
     position: dict[str, int] = field(default_factory=dict)
+    memory_advice: str = ""
 
     def start(self) -> None:
         """Mark the plan as run; raise ValueError if it has run before (its optimiser and schedule
@@ -262,7 +265,10 @@ class TrainingPlan:
     def epoch_batches(self, epoch: int) -> tuple[Any, int]:
         """``(loader, batches already done)`` for ``epoch``: a resumed epoch skips what it did."""
         skip = self.batches_done if epoch == self.start_epoch else 0
-        loader = self.accelerator.prepare(epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch))
+        shards = self.accelerator.num_processes
+        loader = self.accelerator.prepare(
+            epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch, shards)
+        )
         return (self.accelerator.skip_first_batches(loader, skip) if skip else loader), skip
 
 
@@ -357,6 +363,7 @@ def plan_training(
         batches_done=batches_done,
         history=history,
         output_dir=folder,
+        memory_advice=memory_advice(settings),
     )
 
 
@@ -431,12 +438,12 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epo
     for j, batch in enumerate(window):
         # only the window's last backward synchronises the processes' gradients
         sync = contextlib.nullcontext() if j == len(window) - 1 else accelerator.no_sync(plan.objective)
-        with sync, out_of_memory_in("the training step (forward and backward)", memory_advice(settings)):
+        with sync, out_of_memory_in("the training step (forward and backward)", plan.memory_advice):
             loss = plan.objective(batch["input_ids"], batch["attention_mask"], batch["labels"], masked)
             check_finite(loss, history["optimizer_steps"] + 1, epoch + 1, settings.learning_rate)
             accelerator.backward(loss * accelerator.num_processes)  # DDP averages the processes' gradients: undo it
         total += loss.item()
-    with out_of_memory_in(OPTIMISER_PHASE, memory_advice(settings) + ", or use a smaller `model`"):
+    with out_of_memory_in(OPTIMISER_PHASE, plan.memory_advice + ", or use a smaller `model`"):
         if settings.max_grad_norm > 0:
             accelerator.clip_grad_norm_(plan.objective.parameters(), settings.max_grad_norm)
         plan.optimizer.step()
@@ -495,14 +502,10 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
 def windows(batches, size: int, start: int):
     """``(batches done after it, [batch, ...])`` for each accumulation window of ``size`` batches; the
     last window of an epoch may be shorter, and still makes its step."""
-    window, done = [], start
-    for done, batch in enumerate(batches, start=start + 1):
-        window.append(batch)
-        if len(window) == size:
-            yield done, window
-            window = []
-    if window:
-        yield done, window
+    batches = iter(batches)
+    while window := list(itertools.islice(batches, size)):
+        start += len(window)
+        yield start, window
 
 
 class TrainingDiverged(RuntimeError):

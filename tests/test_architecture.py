@@ -34,7 +34,15 @@ LAYERS = [
     {"scoring"},
     {"inference"},
     {"prepare"},
-    {"course.plots", "studies.probes", "studies.downstream", "studies.original", "studies.breakdowns", "ops.card"},
+    {
+        "course.plots",
+        "studies.probes",
+        "studies.downstream",
+        "studies.original",
+        "studies.breakdowns",
+        "studies.entities",
+        "ops.card",
+    },
     {"course.checking", "course.episodes", "course.watch", "ops.report", "ops.handout"},
     {
         "ops.job",

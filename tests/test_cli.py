@@ -337,3 +337,24 @@ def test_the_main_job_reports_each_example_before_beside_after(smoke_run):
     assert report[first + 1].strip().startswith(f"{before}  ->  {after}   (quillon: ")
     marks = [line for line in report if line.rstrip().endswith(("now first)", "not first)"))]
     assert len(marks) == sum(len(a) for _, a in expected)
+
+
+def test_precision_auto_on_the_command_line_is_the_setting_auto_not_unset(tmp_path, monkeypatch):
+    """``--precision auto`` was turned into None ("--precision must be one of (...), got None") with the
+    numbers' ``--lr auto``; the word settings keep ``auto`` as their value, the numbers still leave it unset."""
+    import hp_mlm.ops.job
+
+    seen = []
+
+    def stand_in(settings, **_):
+        seen.append(settings)
+        raise Stop
+
+    monkeypatch.setattr(hp_mlm.ops.job, "run_job", stand_in)
+    argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
+    assert main([*argv, "--precision", "auto"]) == 1  # the stand-in's Stop: the settings were accepted
+    main([*argv, "--precision", "auto", "--lr", "auto", "--schedule", "auto"])
+    assert [(s.precision, s.learning_rate, s.schedule) for s in seen] == [
+        ("auto", 3e-3, "auto"),
+        ("auto", None, "auto"),
+    ]

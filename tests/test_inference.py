@@ -286,7 +286,7 @@ def test_evaluate_refuses_a_max_length_above_the_models_positions_in_one_line(un
 def test_a_roberta_style_model_truncates_at_512_of_its_514_positions(tmp_path, capsys):
     """RoBERTa counts positions from the padding index + 1, so 2 of its 514 rows are never a token's:
     fill_mask on a 604-token sentence runs on 512 tokens (514 raised an index error), and a
-    max_length of 513 or 514 is refused for that model, 512 accepted."""
+    max_length of 513 or 514 is refused for that model, by fill_mask as by the command line, 512 accepted."""
     from hp_mlm.models import model_max_positions
     from hp_mlm.ops import cli
     from hp_mlm.scoring import length_limit
@@ -294,7 +294,10 @@ def test_a_roberta_style_model_truncates_at_512_of_its_514_positions(tmp_path, c
 
     model, tok = roberta_style(tmp_path)
     assert tok.model_max_length > 10**29 and model.config.max_position_embeddings == 514
-    assert model_max_positions(model) == length_limit(model, tok) == length_limit(model, tok, 600) == 512
+    assert model_max_positions(model) == length_limit(model, tok) == length_limit(model, tok, 512) == 512
+    for too_long in (513, 514, 600):  # refused as the command line refuses it (fill_mask took them silently)
+        with pytest.raises(ValueError, match=f"`max_length` {too_long} is above the model's limit of 512 positions"):
+            fill_mask(model, tok, "a <mask> word", max_length=too_long)
     text = "<mask> " + "word " * 600
     assert len(tok(text)["input_ids"]) == 604
     (answers,) = fill_mask(model, tok, text, top_k=3)

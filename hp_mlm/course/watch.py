@@ -215,8 +215,10 @@ class FramesTable:
 
     def __init__(self, frames: Sequence[dict[str, Any]], shown: Sequence[tuple[str, Sequence[str]]]) -> None:
         self.frames, self.shown = frames, shown
-        self.masks = [
-            (s, m, mask_label(text, m), a) for s, (text, words) in enumerate(shown) for m, a in enumerate(words)
+        self.masks = [  # numbered by sentence: two sentences may name the same word beside their masks
+            (s, m, f"{s + 1} · {mask_label(text, m)}", a)
+            for s, (text, words) in enumerate(shown)
+            for m, a in enumerate(words)
         ]
 
     def cells(self, frame: dict[str, Any], mark: Callable[[str], str], escape: Callable[[str], str] = str) -> list[str]:
@@ -236,7 +238,8 @@ class FramesTable:
 
     def __repr__(self) -> str:
         rows = [self.header()] + [self.cells(f, lambda t: f"*{t}*") for f in self.frames]
-        return "\n".join("  |  ".join(row) for row in rows)
+        sentences = [f"{s + 1}. {text}" for s, (text, _) in enumerate(self.shown)]
+        return "\n".join(["  |  ".join(row) for row in rows] + sentences)
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(h)}</th>" for h in self.header())
@@ -245,7 +248,9 @@ class FramesTable:
             for f in self.frames
         )
         note = "the top-3 tokens at each mask, after each optimiser step shown (in bold: the corpus's word, first)"
-        return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table><p><small>{note}</small></p>"
+        sentences = "".join(f"<li>{html.escape(text)}</li>" for text, _ in self.shown)
+        table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        return f"{table}<p><small>{note}; the sentences:</small></p><ol><small>{sentences}</small></ol>"
 
 
 class LearningCurves:
@@ -274,6 +279,9 @@ class LearningCurves:
             ]
             loss_ax.plot(steps, running, lw=2, label=f"running mean ({k} steps)")
             loss_ax.legend(fontsize=8)
+        else:  # the frame before the first step
+            loss_ax.text(0.5, 0.5, "no step yet", ha="center", va="center", transform=loss_ax.transAxes)
+            loss_ax.set(xticks=[], yticks=[])
         loss_ax.set(xlabel="optimiser step", ylabel="cross-entropy (nats)", title="Training loss so far")
         probe_ax.plot([f["step"] for f in self.frames], [f["probes_right"] for f in self.frames], "o-")
         probe_ax.set(

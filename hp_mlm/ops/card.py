@@ -91,6 +91,7 @@ every {{ watch_every }} optimiser steps; the corpus's word came first at:
 | `{{ name }}` | {{ value }} |
 {% endfor %}
 Trained on {{ device }} in {{ precision }}{{ processes }}; training took {{ train_time }}{{ total_time }}.
+{%- if upcast %} The base checkpoint is stored in {{ upcast }}; its weights were loaded and trained in float32.{% endif %}
 Rows: {{ data }}. Made with the course at commit {{ commit }}.
 
 ## Intended use
@@ -262,6 +263,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "device": run.get("device", "a device not recorded"),
         "precision": run.get("precision", s.get("precision", "?")),
         "processes": f", {run['processes']} processes" if run.get("processes", 1) > 1 else "",
+        "upcast": run.get("checkpoint_dtype") if run.get("checkpoint_dtype") in ("float16", "bfloat16") else None,
         "train_time": f"{seconds['train']:.0f} s" if "train" in seconds else "a time not recorded",
         "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
         "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",

@@ -18,7 +18,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     to the model, over the profile's and the variables' values."""
     known = {f.name for f in fields(Settings)} - {"profile"}
     given = {k: v for k, v in vars(args).items() if k in known}
-    auto = {k for k, v in given.items() if v == "auto" and k != "schedule"}  # schedule's own value is "auto"
+    # a number left to the model is None; a word setting (precision, schedule) has "auto" as a value of its own
+    unset_is_auto = {f.name for f in fields(Settings) if f.type in ("float | None", "int | None")}
+    auto = {k for k, v in given.items() if v == "auto" and k in unset_is_auto}
     settings = get_settings(args.profile, **{k: v for k, v in given.items() if k not in auto})
     return settings.replace(**dict.fromkeys(auto)) if auto else settings
 
@@ -73,6 +75,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     from hp_mlm.common import run_device
     from hp_mlm.inference import fill_mask, fill_words
     from hp_mlm.models import load_model
+    from hp_mlm.ops.job import upcast_note
 
     if args.max_pieces < 1:  # before the model loads
         raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
@@ -82,6 +85,8 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     model_name = args.model or default_model(get_settings(args.profile, **changes), log=_note)
     loaded = load_model(model_name)
     loaded.model.to(run_device())
+    if note := upcast_note(model_name):
+        _note(note)
     targets = [t.strip() for t in args.targets.split(",")] if args.targets is not None else None
     top_k = args.top_k if args.top_k is not None else len(targets or []) or 5
     if args.whole_words:
@@ -119,6 +124,7 @@ def _answer(candidate: dict[str, Any]) -> str:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from hp_mlm.evaluation import evaluate
     from hp_mlm.masking import freeze_masks
+    from hp_mlm.ops.job import upcast_note
     from hp_mlm.prepare import prepare
     from hp_mlm.studies.breakdowns import BY_KIND
 
@@ -136,6 +142,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
             settings.mlm_probability,
             settings.seed,
         )
+    if note := upcast_note(prep.loaded.name):
+        _note(note)
     tok, size = prep.loaded.tokenizer, settings.eval_batch_size
     result = evaluate(prep.loaded.model, frozen, tok, size, precision=settings.precision, breakdowns=(BY_KIND,))
     print(json.dumps(result, indent=2))

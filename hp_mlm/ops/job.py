@@ -47,6 +47,32 @@ ONE_CPU_PROCESS = (
 ORIGINAL_ACCURACY_ROWS = 100
 
 
+def stored_dtype(name: str) -> str | None:
+    """The dtype a checkpoint's ``config.json`` records when it is half precision (``"float16"``,
+    ``"bfloat16"``), else None (float32, none recorded, or the course's own models). ``models.load_model``
+    loads every checkpoint in float32; this is what the log, ``metrics.json`` and the card say was upcast.
+    Reads the folder, or the Hugging Face cache that loading filled: no network."""
+    from transformers import AutoConfig
+
+    from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL, SMOKE_MODEL
+
+    if name in (SMOKE_MODEL, OFFLINE_MODEL, RANDOM_HEAD_MODEL):
+        return None
+    try:
+        config = AutoConfig.from_pretrained(name, local_files_only=True)
+    except (OSError, ValueError):
+        return None
+    dtype = str(getattr(config, "dtype", None) or getattr(config, "torch_dtype", None) or "").removeprefix("torch.")
+    return dtype if dtype in ("float16", "bfloat16") else None
+
+
+def upcast_note(name: str) -> str | None:
+    """One line for a log when ``name`` is stored in half precision (:func:`stored_dtype`), else None."""
+    if (dtype := stored_dtype(name)) is None:
+        return None
+    return f"note: {name} is stored in {dtype}; its weights were loaded in float32 and run in float32"
+
+
 def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
     """Refuse to overwrite a finished model unless asked.
 
@@ -100,6 +126,8 @@ def run_job(
     log_data(prep, log)
     if note := auto_note(settings, prep):
         log(note)
+    if note := upcast_note(prep.loaded.name):
+        log(f"{note}: training needs float32 weights (AdamW's small steps round away in half precision)")
     seconds = dict(prep.seconds)
     phase = time.perf_counter()
     tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
@@ -349,7 +377,13 @@ def collect_metrics(
         },
         "learning_rate": prep.settings.learning_rate,
         "head_newly_initialised": prep.loaded.head_newly_initialised,
-        "run": {"device": history["device"], "processes": history["processes"], "precision": history["precision"]},
+        "run": {
+            "device": history["device"],
+            "processes": history["processes"],
+            "precision": history["precision"],
+            "checkpoint_dtype": stored_dtype(prep.loaded.name) or "float32",
+            "weights_dtype": str(next(prep.loaded.model.parameters()).dtype).removeprefix("torch."),
+        },
         "settings": prep.settings.as_dict(),
         "seconds": seconds,
     }

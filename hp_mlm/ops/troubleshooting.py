@@ -76,7 +76,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     ),
     "the-probes-file": ("studies.probes.load_probes", "studies.probes._candidates", "studies.probes.read_candidates"),
     "a-plan-cannot-be-trained": ("training.build_scheduler", "training.start", "training.check_resolved"),
-    "spacy-is-not-installed": ("data.find_entities_spacy",),
+    "spacy-is-not-installed": ("studies.entities.find_entities_spacy",),
     "packing-the-librarys-way-and-the-downstream-probe": (
         "tokens.pack_rows",
         "studies.library.library_collator",
