@@ -21,7 +21,8 @@ rm -rf "$VENV"
 "$PY" -m pip install -q --no-compile "$TORCH" uv
 # Colab's packages at its versions, and the test tools (uv: about a minute faster than pip here)
 "$VENV/bin/uv" pip install -q --python "$PY" -c .ci/colab_constraints.txt \
-  transformers datasets accelerate huggingface_hub pyarrow pandas numpy matplotlib scikit-learn ipywidgets ipykernel \
+  transformers datasets accelerate huggingface_hub tokenizers fsspec pyarrow pandas numpy matplotlib scikit-learn \
+  ipywidgets ipykernel \
   pytest pytest-xdist nbval hypothesis nbconvert
 "$PY" -m pip list --format=freeze >"$VENV/before.txt" 2>/dev/null
 "$PY" -m pip install -q --no-compile . 2>"$VENV/install.log" || { cat "$VENV/install.log"; exit 1; }
@@ -40,7 +41,7 @@ def listed(path):
 
 before, after = listed(sys.argv[1]), listed(sys.argv[2])
 colab = ["torch", "transformers", "datasets", "accelerate", "huggingface-hub", "pyarrow", "ipywidgets",
-         "pandas", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tokenizers", "safetensors"]
+         "pandas", "numpy", "matplotlib", "scikit-learn", "ipykernel", "tokenizers", "safetensors", "fsspec"]
 print(f"{'package':<16} {'before':<14} after the course's install")
 for name in colab:
     print(f"{name:<16} {before.get(name, '-'):<14} {after.get(name, '-')}")

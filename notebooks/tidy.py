@@ -92,11 +92,15 @@ def refresh_readme(text: str) -> str:
 
 
 def tidy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    """Remove widget outputs, widget state and execution timings from ``nb`` (in place); return it."""
+    """Remove widget outputs (a progress bar's; a widget that carries a static HTML copy keeps the copy),
+    widget state and execution timings from ``nb`` (in place); return it."""
     nb.metadata.pop("widgets", None)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
+            for output in cell.outputs:  # a widget with a static copy (text/html) keeps the copy
+                if WIDGET_VIEW in output.get("data", {}) and "text/html" in output["data"]:
+                    del output["data"][WIDGET_VIEW]
             cell.outputs = [o for o in cell.outputs if WIDGET_VIEW not in o.get("data", {})]
     return nb
 

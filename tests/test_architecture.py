@@ -22,7 +22,7 @@ PACKAGE = ROOT / "hp_mlm"
 AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.push", "ops.site"},
+    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.site"},
     {"config", "hub"},
     {"data", "models"},
     {"tokens"},
@@ -43,7 +43,7 @@ LAYERS = [
         "studies.entities",
         "ops.card",
     },
-    {"course.checking", "course.episodes", "course.watch", "ops.report", "ops.handout"},
+    {"course.checking", "course.episodes", "course.watch", "ops.report", "ops.handout", "ops.push"},
     {
         "ops.job",
         "studies.options",

@@ -39,6 +39,7 @@ def pushed_run(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(huggingface_hub, "HfApi", FakeApi)
         patch.setattr(huggingface_hub, "get_token", lambda: "hf_fake_token")
+        patch.setattr("hp_mlm.hub.hub_reachable", lambda: True)  # the stand-in Hub answers
         out = tmp_path_factory.mktemp("carded")
         settings = get_settings("smoke", environ={}, epochs=1, output_dir=str(out), progress=False)
         metrics = run_job(settings, probes=default_probes(settings), push_to_hub="someone/hp-mlm-smoke", log=print)

@@ -215,6 +215,24 @@ def test_every_image_has_alt_text_and_every_figure_its_description(pages):
     assert figures >= 8
 
 
+def test_the_widget_cell_of_notebook_04_shows_its_table(site, browser):
+    """The "Try your own sentence" widget is saved with a static copy of its tables, which the page shows
+    (a widget alone leaves the page's output empty: no widget state is saved)."""
+    browser.get((site / "notebooks/04_evaluation.html").as_uri())
+    shown = browser.execute_script(
+        """
+        const shown = e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);
+        const cell = [...document.querySelectorAll('div.cell')].find(
+          c => (c.querySelector('div.cell_input') || {}).textContent?.includes('show_before_after('));
+        if (!cell) return null;
+        const tables = [...cell.querySelectorAll('div.cell_output table')].filter(shown);
+        return {tables: tables.length, text: tables.map(t => t.textContent).join(' ')};
+        """
+    )
+    assert shown is not None, "no cell calls show_before_after on the page"
+    assert shown["tables"] >= 2 and "mask 1" in shown["text"], shown
+
+
 def test_solutions_start_collapsed_and_open_on_a_click(site, browser):
     from selenium.webdriver.common.by import By
 

@@ -74,10 +74,14 @@ def test_a_word_of_several_pieces_is_marked_with_its_pieces(smoke_model, smoke_t
 def test_the_widget_redraws_both_tables_when_the_learner_types(models, smoke_tokenizer, monkeypatch):
     pytest.importorskip("ipywidgets")
     shown = []
-    monkeypatch.setattr("IPython.display.display", lambda box: shown.append(box))
+    monkeypatch.setattr("IPython.display.display", lambda data, **options: shown.append((data, options)))
     stock, tuned = models
     w = show_before_after(stock, tuned, smoke_tokenizer, SENTENCE, top_k=3, widgets=True)
-    assert shown == [w.box] and w.sentence in w.box.children and w.target in w.box.children
+    ((data, options),) = shown  # the widget, and a static copy of its tables for a page without widgets
+    assert options == {"raw": True} and data["application/vnd.jupyter.widget-view+json"]["model_id"] == w.box._model_id
+    assert "<caption>mask 1</caption><tr><td>1</td><td>tanner</td>" in data["text/html"]
+    assert data["text/plain"] == format_text(w.result) and "tanner" in data["text/plain"]
+    assert w.sentence in w.box.children and w.target in w.box.children
     assert "<caption>mask 1</caption><tr><td>1</td><td>tanner</td>" in w.after.value
     assert "tanner" not in w.before.value and w.target_line.value == "" and w.message.value == ""
 

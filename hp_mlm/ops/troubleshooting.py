@@ -17,7 +17,11 @@ PAGE = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/troubleshooting.md"
 ENTRIES: dict[str, tuple[str, ...]] = {
     "a-package-is-missing-or-the-wrong-version": ("ops.versions.check_versions",),
     "the-hub-cannot-be-reached": ("hub.require_hub",),
-    "push-to-hub-needs-a-repository-id-and-a-token": ("ops.push.hub_token",),
+    "push-to-hub-needs-a-repository-id-a-token-and-the-hub": (
+        "ops.push.hub_token",
+        "ops.push.check_push",
+        "ops.push.upload_model",
+    ),
     "the-split-selects-no-rows-or-is-malformed": ("data.parse_split", "data._bound", "data.slice_indices"),
     "the-data-cannot-be-read": (
         "data._local_files",
