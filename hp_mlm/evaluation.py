@@ -87,8 +87,8 @@ def evaluate(
         for rows in batches[state.process_index :: state.num_processes]:
             batch = pad_batch([frozen_rows[i] for i in rows], tokenizer)
             sums["rows"] += int(batch["attention_mask"].any(dim=1).sum())  # a row of padding alone is no row
-            labels = batch["labels"].to(device)
-            target = (labels != IGNORE_INDEX) & batch["attention_mask"].bool().to(device)  # masked, real tokens
+            labels = batch["labels"].masked_fill(batch["attention_mask"] == 0, IGNORE_INDEX).to(device)  # real tokens
+            target = labels != IGNORE_INDEX  # the masked positions: only these are scored
             with autocast(precision, device):
                 logits = mlm_logits(model, batch["input_ids"].to(device), batch["attention_mask"].to(device), target)
             logits, gold = logits.float(), labels[target]

@@ -22,8 +22,8 @@ PACKAGE = ROOT / "hp_mlm"
 AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "ops.versions", "ops.troubleshooting", "ops.allocator", "ops.site"},
-    {"config", "hub"},
+    {"common", "profiles", "ops.troubleshooting", "ops.allocator", "ops.site"},
+    {"config", "hub", "ops.versions"},
     {"data", "models"},
     {"tokens"},
     {"masking"},
@@ -71,8 +71,8 @@ BUDGETS = {
     ("masking.mask_tokens",): 80,
 }
 #: At most this many core modules and code lines in all. The issue asked 2,000 lines; ARCHITECTURE.md
-#: says what the 2,267 are (nearly all of them reached from what notebooks 00-04 call).
-CORE_MODULES, CORE_LINES = 16, 2267
+#: says what the 2,258 are (nearly all of them reached from what notebooks 00-04 call).
+CORE_MODULES, CORE_LINES = 16, 2258
 
 
 def package_sources() -> dict[str, str]:

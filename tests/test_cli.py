@@ -204,7 +204,13 @@ def test_metrics_time_every_phase_and_name_the_run(smoke_run):
     assert all(seconds[p] >= 0 for p in phases)
     assert sum(seconds[p] for p in phases) <= seconds["total"] + 1e-6
     assert 0 < seconds["train_clock"] <= seconds["train"] + 1e-6
-    assert metrics["run"] == {"device": "cpu", "processes": 1, "precision": metrics["run"]["precision"]}
+    assert metrics["run"] == {
+        "device": "cpu",
+        "processes": 1,
+        "precision": metrics["run"]["precision"],
+        "checkpoint_dtype": "float32",  # the smoke BERT is float32; a half-precision checkpoint is said, and upcast
+        "weights_dtype": "float32",
+    }
     assert metrics["run"]["precision"] in ("fp32", "bf16")
 
 

@@ -155,6 +155,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
     import builtins
 
     from hp_mlm import common, hub, training
+    from hp_mlm.ops import push
     from hp_mlm.ops.troubleshooting import BY_TYPE
 
     kinds = {
@@ -162,6 +163,7 @@ def test_each_package_error_is_one_line_and_exit_2(name, monkeypatch, capsys):
         "OutOfMemory": common.OutOfMemory,
         "TrainingDiverged": training.TrainingDiverged,
         "HubUnavailableError": hub.HubUnavailableError,
+        "PushError": push.PushError,
     }
     # A function whose code lives in the package's folder raises it, as the package's own code would.
     source = f"def run_job(*args, **kwargs):\n    raise {name}('the message\\nover two lines')\n"

@@ -143,4 +143,4 @@ def test_the_main_job_prints_the_frames_and_records_them(tmp_path):
     )
     assert off.returncode == 0 and not [line for line in off.stdout.splitlines() if line.startswith("step ")]
     bad = run_cli("train", "--profile", "smoke", "--watch-every", "-3")
-    assert bad.returncode == 2 and "whole number of optimiser steps" in bad.stderr
+    assert bad.returncode == 2 and "--watch-every must be 0 (no watch) or a number of optimiser steps" in bad.stderr

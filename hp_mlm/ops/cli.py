@@ -31,6 +31,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from hp_mlm.ops.report import format_report
     from hp_mlm.studies.probes import default_probes
 
+    if args.watch_every is not None and args.watch_every < 0:  # before anything loads
+        raise ValueError(f"--watch-every must be 0 (no watch) or a number of optimiser steps, got {args.watch_every}")
     settings = _settings(args)
     metrics = run_job(
         settings,

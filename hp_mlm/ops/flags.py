@@ -184,20 +184,11 @@ def _train_flags(sub) -> None:
     t.add_argument(
         "--watch-every",
         metavar="STEPS",
-        type=_steps,
+        type=int,
         default=None,
         help="optimiser steps between two lines that show the examples' guesses and the probes right while "
         "training runs (default: about 12 lines in the run; 0: none)",
     )
-
-
-def _steps(text: str) -> int:
-    """A ``--watch-every`` value: a whole number of steps, 0 or more."""
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(
-            f"expected a whole number of optimiser steps, 0 or more (0: off), got {text!r}"
-        )
-    return int(text)
 
 
 def _compare_flags(sub) -> None:

@@ -15,7 +15,7 @@ PAGE = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/troubleshooting.md"
 
 #: Entry anchor -> the functions (``module.function``) whose ``raise`` it explains.
 ENTRIES: dict[str, tuple[str, ...]] = {
-    "a-package-is-missing-or-the-wrong-version": ("ops.versions.check_versions",),
+    "a-package-is-missing-or-the-wrong-version": ("ops.versions.check_versions", "ops.versions.guard_at_import"),
     "the-hub-cannot-be-reached": ("hub.require_hub",),
     "push-to-hub-needs-a-repository-id-a-token-and-the-hub": (
         "ops.push.hub_token",
@@ -54,6 +54,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "config.get_settings",
         "studies.options.compare_options",
         "ops.cli._cmd_compare",
+        "ops.cli._cmd_train",
     ),
     "this-precision-cannot-run-here": ("common.resolve_precision", "common.autocast"),
     "masking-cannot-run-with-this-tokenizer": (

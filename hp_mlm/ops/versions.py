@@ -2,11 +2,13 @@
 
 Operations, not a step of the course: ``hp_mlm/__init__.py`` calls :func:`check_versions` before any
 step module is imported, and ``doctor`` reports the same facts instead of stopping on them.
-Standard library only (importing it imports none of the packages it checks).
+Standard library only (importing it imports none of the packages it checks); a refusal at the
+command line reads its help entry from ``ops.troubleshooting``.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -100,3 +102,27 @@ def check_versions(
             f"hp_mlm cannot run in this Python session: its memory holds {', '.join(stale)}, imported "
             f"before the files on disk changed, and the version in memory is the one that runs. {RESTART}."
         )
+
+
+def guard_at_import() -> None:
+    """``hp_mlm/__init__.py``'s check: :func:`check_versions`, except for ``doctor`` at the command line
+    (it reports a wrong version instead of stopping on it). At the command line (``python -m hp_mlm``,
+    also under ``accelerate launch`` or ``torchrun``, or ``hp-mlm``) a refusal is the command line's one
+    ``error:`` line with its help entry and exit status 2: its own handler is not running yet.
+
+    Raises:
+        ImportError: outside the command line (a notebook, a script), as :func:`check_versions`.
+        SystemExit: status 2, at the command line, after the one line on stderr.
+    """
+    command_line = os.path.basename(sys.argv[0]) in ("-m", "hp-mlm", "__main__.py")
+    if command_line and sys.argv[1:2] == ["doctor"]:
+        return
+    try:
+        check_versions()
+    except ImportError as error:
+        if not command_line:
+            raise
+        from hp_mlm.ops.troubleshooting import pointer
+
+        print(f"error: {error}{pointer(error)}", file=sys.stderr)
+        raise SystemExit(2) from None
