@@ -107,7 +107,8 @@ every {{ watch_every }} optimiser steps; the corpus's word came first at:
 | `{{ name }}` | {{ value }} |
 {% endfor %}
 Trained on {{ device }} in {{ precision }}{{ processes }}; training took {{ train_time }}{{ total_time }}.
-{%- if upcast %} The base checkpoint is stored in {{ upcast }}; its weights were loaded and trained in float32.{% endif %}
+{%- if upcast %} The base checkpoint is stored in {{ upcast }}; its weights were loaded and kept in float32 (the
+weights AdamW updates; the precision above is the autocast of the passes).{% endif %}
 Rows: {{ data }}. Made with the course at commit {{ commit }}.
 
 ## Licence
@@ -272,8 +273,8 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "load_from": repo_id or "path/to/this/folder",
         "example_left": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[0],
         "example_right": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[2],
-        "rows": counted.get("n_rows", "the"),
-        "masked": f"{counted['n_positions']:,}" if "n_positions" in counted else "",
+        "rows": counted["n_rows"] if finite(counted.get("n_rows")) else "the",
+        "masked": f"{counted['n_positions']:,}" if finite(counted.get("n_positions")) else "",
         "held_out": table,
         "top_k": summary.get("top_k", 5),
         "probes": probes
@@ -281,7 +282,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
             "n": probes["after"]["n"],
             **{f"{w}_{k}": f"{probes[w][f'hits_{k}']} of {probes[w]['n']}" for w in probes for k in ("top1", "topk")},
         },
-        "settings": [(k, f"`{v}`" if isinstance(v, str) else v) for k, v in s.items()],
+        "settings": [(k, f"`{v}`" if isinstance(v, str) else "auto" if v is None else v) for k, v in s.items()],
         "device": run.get("device", "a device not recorded"),
         "precision": run.get("precision", s.get("precision", "?")),
         "processes": f", {run['processes']} processes" if run.get("processes", 1) > 1 else "",

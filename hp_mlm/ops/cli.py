@@ -48,6 +48,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
         return 0
     print(format_report(metrics))
     print(f"\nsaved to {settings.output_dir}/ (model/, metrics.json, history.json, loss_curve.png, before_after.png)")
+    if "push_error" in metrics:  # after the report: the run is kept, only the upload failed
+        from hp_mlm.ops.push import PushError
+
+        raise PushError(metrics["push_error"])
     return 0
 
 

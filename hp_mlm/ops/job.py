@@ -29,7 +29,7 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import example_sentences, examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
-from hp_mlm.ops.push import check_push, upload_model
+from hp_mlm.ops.push import PushError, check_push, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
@@ -70,7 +70,7 @@ def upcast_note(name: str) -> str | None:
     """One line for a log when ``name`` is stored in half precision (:func:`stored_dtype`), else None."""
     if (dtype := stored_dtype(name)) is None:
         return None
-    return f"note: {name} is stored in {dtype}; its weights were loaded in float32 and run in float32"
+    return f"note: {name} is stored in {dtype}; its weights were loaded in float32"
 
 
 def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
@@ -103,8 +103,9 @@ def run_job(
 
     Each thing is measured once: the "after" is the last epoch's validation (or, with early
     stopping, the best epoch's, whose weights the model then holds). With ``push_to_hub="user/name"``
-    the saved model folder, card included, is uploaded to that Hub repository at the end (a Hugging Face token is
-    checked for before training starts). ``candidates``: a file of words ranked at every probe's mask
+    the saved model folder, card included, is uploaded to that Hub repository at the end, after every file
+    of the run is written (a Hugging Face token and a Hub that answers are checked for before training
+    starts); an upload that fails leaves ``metrics["push_error"]``, its one-line message. ``candidates``: a file of words ranked at every probe's mask
     that lists none of its own (``probes.read_candidates``). ``watch_every``: optimiser steps between two
     frames of ``course.watch.WatchLearning`` (a line each in the log; None: about 12 in the run; 0: none).
 
@@ -127,7 +128,9 @@ def run_job(
     if note := auto_note(settings, prep):
         log(note)
     if note := upcast_note(prep.loaded.name):
-        log(f"{note}: training needs float32 weights (AdamW's small steps round away in half precision)")
+        log(
+            f"{note} (the weights AdamW updates: its small steps round away in half precision; `precision` is the autocast)"
+        )
     seconds = dict(prep.seconds)
     phase = time.perf_counter()
     tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
@@ -148,8 +151,11 @@ def run_job(
     if state.is_main_process:  # everything the run made is written before any upload
         atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
     if push_to_hub and state.is_main_process:
-        metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)  # a failure keeps all of the above
-        log(f"uploaded to {metrics['pushed_to']}")
+        try:
+            metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
+            log(f"uploaded to {metrics['pushed_to']}")
+        except PushError as error:  # all of the above is kept; the caller says it after the report
+            metrics["push_error"] = str(error)
         atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
     state.wait_for_everyone()
     return metrics

@@ -102,6 +102,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
 #: Error types explained by one entry wherever they are raised.
 BY_TYPE = {
     "HubUnavailableError": "the-hub-cannot-be-reached",
+    "PushError": "push-to-hub-needs-a-repository-id-a-token-and-the-hub",
     "OutOfMemory": "out-of-memory",
     "TrainingDiverged": "the-loss-became-nan-or-infinite",
 }
