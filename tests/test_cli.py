@@ -239,9 +239,8 @@ class Stop(Exception):
     """Raised by a stand-in to end a run once what the test needs has happened."""
 
 
-def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, monkeypatch, capsys):
-    """``--lr auto`` was refused by the parser ("invalid float value"); now it leaves the rate to the model,
-    over the profile's value (the smoke profile sets 3e-3 and 40 epochs for its tiny BERT)."""
+def settings_seen(monkeypatch) -> list:
+    """Stand in for the main job: each run's settings are appended to the list returned, then it stops."""
     import hp_mlm.ops.job
 
     seen = []
@@ -251,6 +250,13 @@ def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, m
         raise Stop
 
     monkeypatch.setattr(hp_mlm.ops.job, "run_job", stand_in)
+    return seen
+
+
+def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, monkeypatch, capsys):
+    """``--lr auto`` was refused by the parser ("invalid float value"); now it leaves the rate to the model,
+    over the profile's value (the smoke profile sets 3e-3 and 40 epochs for its tiny BERT)."""
+    seen = settings_seen(monkeypatch)
     argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
     main([*argv, "--lr", "auto", "--epochs", "AUTO"])
     main([*argv, "--lr", "2e-4", "--epochs", "3", "--schedule", "auto"])
@@ -348,15 +354,7 @@ def test_the_main_job_reports_each_example_before_beside_after(smoke_run):
 def test_precision_auto_on_the_command_line_is_the_setting_auto_not_unset(tmp_path, monkeypatch):
     """``--precision auto`` was turned into None ("--precision must be one of (...), got None") with the
     numbers' ``--lr auto``; the word settings keep ``auto`` as their value, the numbers still leave it unset."""
-    import hp_mlm.ops.job
-
-    seen = []
-
-    def stand_in(settings, **_):
-        seen.append(settings)
-        raise Stop
-
-    monkeypatch.setattr(hp_mlm.ops.job, "run_job", stand_in)
+    seen = settings_seen(monkeypatch)
     argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
     assert main([*argv, "--precision", "auto"]) == 1  # the stand-in's Stop: the settings were accepted
     main([*argv, "--precision", "auto", "--lr", "auto", "--schedule", "auto"])

@@ -125,3 +125,17 @@ def test_the_stock_model_stays_on_the_cpu_when_the_gpu_is_short(models, smoke_to
 def test_the_text_path_raises_what_the_widget_shows(models, smoke_tokenizer):
     with pytest.raises(ValueError, match="no mask token"):
         show_before_after(*models, smoke_tokenizer, "No gap here.", widgets=False)
+
+
+def test_a_notebook_without_widgets_gets_the_tables_as_html_beside_the_text(models, smoke_tokenizer, monkeypatch):
+    """nbconvert and nbval run a kernel but no widget front end: the saved notebook (and the website built
+    from it) shows the two tables, not a printed block only."""
+    shown = []
+    monkeypatch.setattr(widget, "in_kernel", lambda: True)
+    monkeypatch.setattr("IPython.display.display", lambda data, **options: shown.append((data, options)))
+    stock, tuned = models
+    result = show_before_after(stock, tuned, smoke_tokenizer, SENTENCE, top_k=3, target="tanner", widgets=False)
+    ((data, options),) = shown
+    assert options == {"raw": True} and set(data) == {"text/html", "text/plain"}
+    assert data["text/plain"] == format_text(result) and data["text/html"].count("<caption>mask 1</caption>") == 2
+    assert '"tanner" at mask 1' in data["text/html"]

@@ -91,7 +91,7 @@ class WatchLearning(Callback):
         self.examples = examples(plan.settings.dataset)
         self.every = watch_every(plan.total_steps) if every is None else every
         self.log, self.handles = log, None
-        if log is None and not _in_kernel():
+        if log is None and not in_kernel():
             self.log = print
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
@@ -180,7 +180,7 @@ def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
 
 
-def _in_kernel() -> bool:
+def in_kernel() -> bool:
     """True when an IPython kernel (Jupyter, Colab, VS Code) runs this: display handles update there."""
     try:
         from IPython import get_ipython

@@ -25,6 +25,7 @@ from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.common import OutOfMemory, model_device
 from hp_mlm.course.episodes import widgets_front_end
+from hp_mlm.course.watch import in_kernel
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask, fill_words
 from hp_mlm.models import load_model
 
@@ -167,6 +168,18 @@ def answers_html(title: str, masks: Sequence[list[dict[str, Any]]]) -> str:
     return "".join(parts)
 
 
+def result_html(result: dict[str, Any]) -> str:
+    """:func:`before_after`'s result as the widget draws it, in static HTML: the sentence, both models'
+    tables side by side, the target's line per mask (for a saved notebook, GitHub, nbviewer, the website)."""
+    before = answers_html(BEFORE, [m["stock"] for m in result["masks"]])
+    after = answers_html(AFTER, [m["tuned"] for m in result["masks"]])
+    target = result["target"]
+    lines = [target_summary(target, m) for m in range(len(result["masks"]))] if target else []
+    tables = f"<div style='display:flex;gap:3em'><div>{before}</div><div>{after}</div></div>"
+    targets = "<br>".join(html.escape(line, quote=False) for line in lines)
+    return f"<p>{html.escape(result['sentence'])}</p>{tables}{targets}"
+
+
 class BeforeAfter:
     """The widget: ``sentence`` and ``target`` text boxes, the ``before`` and ``after`` tables side by
     side (HTML widgets), ``target_line`` and ``message`` (an error, e.g. a sentence without a mask);
@@ -217,9 +230,10 @@ class BeforeAfter:
         copy of its tables (``text/html``, and :func:`format_text`'s ``text/plain``) for a saved notebook,
         GitHub, nbviewer and the course's website, which keep no widget state (ipywidgets 7 and 8 alike)."""
         view = {"version_major": 2, "version_minor": 0, "model_id": self.box._model_id}
-        tables = f"<div style='display:flex;gap:3em'><div>{self.before.value}</div><div>{self.after.value}</div></div>"
-        static = f"<p>{html.escape(self.sentence.value)}</p>{self.message.value}{tables}{self.target_line.value}"
-        text = format_text(self.result) if self.result else html.unescape(re.sub("<[^>]+>", "", self.message.value))
+        if self.result is None:  # the sentence was refused: its message is what the widget shows
+            static, text = self.message.value, html.unescape(re.sub("<[^>]+>", "", self.message.value))
+        else:
+            static, text = result_html(self.result), format_text(self.result)
         return {"application/vnd.jupyter.widget-view+json": view, "text/html": static, "text/plain": text}
 
 
@@ -237,8 +251,9 @@ def show_before_after(
 
     ``stock``: the model before fine-tuning, or its name (loaded as :func:`place_stock` says, which
     also keeps it off a GPU short of memory and prints what it did). ``widgets=True`` draws the
-    widget and returns it (:class:`BeforeAfter`); ``False`` prints :func:`format_text`'s table and
-    returns :func:`before_after`'s result; ``None`` decides by ``episodes.widgets_front_end``.
+    widget and returns it (:class:`BeforeAfter`); ``False`` shows :func:`result_html`'s tables (with
+    :func:`format_text`'s text beside them) in a notebook, or prints that text elsewhere, and returns
+    :func:`before_after`'s result; ``None`` decides by ``episodes.widgets_front_end``.
 
     Raises:
         ValueError: in the text path, as :func:`before_after` (the widget shows the message instead).
@@ -253,5 +268,10 @@ def show_before_after(
         display(shown.bundle(), raw=True)  # the widget, with a static copy of its tables for saved pages
         return shown
     result = before_after(stock, tuned, tokenizer, sentence, top_k, target, whole_words)
-    print(format_text(result))
+    if in_kernel():  # a notebook without a widget front end (nbconvert, nbval): the tables, and text beside them
+        from IPython.display import display
+
+        display({"text/html": result_html(result), "text/plain": format_text(result)}, raw=True)
+    else:
+        print(format_text(result))
     return result
