@@ -45,7 +45,7 @@ def test_teachings_table_is_the_notebooks_minutes_and_the_measured_times_and_mem
     assert [number for number, _, _ in rows] == [p.name[:2] for p in NOTEBOOKS], "one row per notebook, in order"
     assert refresh_teaching(text) == text, "run python notebooks/tidy.py: the table differs from what was measured"
     measured = json.loads((ROOT / "benchmarks" / "results" / "notebook_times.json").read_text(encoding="utf-8"))
-    changed = measured["profiles"]["offline"]["03_training"]["seconds"] + 600
+    changed = measured["profiles"]["offline"]["03_training"]["seconds"] + 6000  # 100 min more: no time of the table
     measured["profiles"]["offline"]["03_training"]["seconds"] = changed  # the check sees a changed time
     assert f"| {changed / 60:.0f} min |" not in text
 

@@ -326,7 +326,7 @@ def score_text(held: dict[str, Any] | None, key: str, fmt: str) -> str:
 def first_right_text(hit: dict[str, Any]) -> str:
     """One mask's first step with the corpus's word first (``course.watch``), in words:
     ``Hob [MASK]: tanner, step 70 (0.4 min of training)``."""
-    if hit["step"] is None:
+    if hit.get("step") is None:  # None, or left out of a card's metadata read back
         return f"{hit['mask']}: {hit['answer']}, not first in any frame"
     if hit["step"] == 0:
         return f"{hit['mask']}: {hit['answer']}, first before training"
