@@ -63,7 +63,8 @@ class WatchLearning(Callback):
     Args:
         plan: the run's ``training.TrainingPlan``; its model is scored (in place, mode restored) and its
             history keeps the frames (``history["watch"]``: ``{"every", "frames", "first_right",
-            "seconds"}``). A fresh run is scored once now, as step 0; a resumed one shows its frames so far.
+            "seconds"}``). A fresh run is scored once now, as step 0; a resumed one shows its frames so far
+            (or is scored now, at the step it resumes from, when its checkpoint kept none).
         tokenizer: the model's tokenizer.
         probes: probes as ``studies.probes.load_probes`` gives them, of which those with a one-token
             answer are counted; None: those shipped with the profile's corpus (none for other data).
@@ -86,7 +87,7 @@ class WatchLearning(Callback):
             shipped = default_probes(plan.settings)
             probes = load_probes(shipped) if shipped else []
         one_token = [p for p in probes if len(tokenizer.tokenize(normalise_answer(p["answer"], tokenizer))) == 1]
-        self.plan, self.tokenizer = plan, tokenizer
+        self.tokenizer = tokenizer
         self.probes = [{"text": p["text"], "answer": p["answer"]} for p in one_token]  # no candidates to rank
         self.examples = examples(plan.settings.dataset)
         self.every = watch_every(plan.total_steps) if every is None else every
@@ -96,8 +97,9 @@ class WatchLearning(Callback):
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
         self.record.setdefault("first_right", self.first_right())
-        if self.every and not self.record["frames"]:
-            self.frame(plan.model, 0, 0.0)
+        if self.every and not self.record["frames"]:  # step 0, or where a run resumed without its frames
+            last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
+            self.frame(plan.model, last["step"], last["seconds"])
         elif self.record["frames"] and self.log is None:
             self.show()
 
