@@ -105,8 +105,9 @@ def run_job(
     stopping, the best epoch's, whose weights the model then holds). With ``push_to_hub="user/name"``
     the saved model folder, card included, is uploaded to that Hub repository at the end, after every file
     of the run is written (a Hugging Face token and a Hub that answers are checked for before training
-    starts); an upload that fails leaves ``metrics["push_error"]``, its one-line message. ``candidates``: a file of words ranked at every probe's mask
-    that lists none of its own (``probes.read_candidates``). ``watch_every``: optimiser steps between two
+    starts); an upload that fails leaves ``metrics["push_error"]``, its one-line message. ``candidates``:
+    a file of words ranked at every probe's mask that lists none of its own (``probes.read_candidates``).
+    ``watch_every``: optimiser steps between two
     frames of ``course.watch.WatchLearning`` (a line each in the log; None: about 12 in the run; 0: none).
 
     Returns:
