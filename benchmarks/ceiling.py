@@ -16,21 +16,26 @@ instructions, bf16 autocast:
    (``training.build_optimizer``), as the course's loop does, timed after a warm-up; the peak memory
    of the process (each configuration runs in a fresh process, so its peak is its own).
 
-Each model, shape and precision runs in three variants, one after the other in the same run:
+Each model, shape and precision runs in these variants, one after the other in the same run:
 
 - ``default allocator``: glibc's defaults, as before the course kept freed memory (large tensors
-  are mapped afresh and faulted in page by page every step);
-- ``course``: what ``training.train`` does on the CPU, ``allocator.reuse_freed_memory``;
-- ``course, no attention dropout``: the same with ``attention_probs_dropout_prob`` 0, which lets
-  PyTorch's fused attention kernel run (with dropout, SDPA falls back to its unfused path on the
-  CPU); a lever measured here, not a course setting (it changes the training recipe).
+  are mapped afresh and faulted in page by page every step), attention dropout on;
+- ``attention dropout on``: ``allocator.reuse_freed_memory``, with the model's dropout on attention weights
+  (with it, SDPA leaves its fused kernel for the unfused one on the CPU: every head's attention matrix and
+  its dropout mask are built in memory); the course until benchmarks/results/levers.md;
+- ``course``: what ``training.train`` does on the CPU today: freed memory reused, attention dropout off
+  (``attention_dropout=False``), so PyTorch's fused (flash) attention kernel runs;
+- ``course, eager attention``: the same with ``attn_implementation="eager"`` (matmul, softmax, matmul);
+- ``course, compiled``: the same with the encoder and head compiled by ``torch.compile`` (inductor's C++
+  kernels); its first step, which compiles, is reported apart (``first_step_s``).
 
 The minor page faults and the kernel (system) time per step are printed beside the times. The
 share is taken against the best ceiling measured for that model, shape and precision in the run
 (each row measures its own, and one matmul's best of 5 moves with the machine's load).
 
-    python benchmarks/ceiling.py                          # everything (about 30 minutes on 2 cores)
+    python benchmarks/ceiling.py                          # everything (about 40 minutes on 2 cores)
     python benchmarks/ceiling.py --shapes quick --merge   # the 16 x 128 steps again, the rest kept
+    python benchmarks/ceiling.py --shapes full --models bert-base --precisions bf16 --variants course --merge
 
 Writes benchmarks/results/ceiling.{json,md}.
 """
@@ -51,10 +56,21 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = {"quick": (16, 128), "full": (16, 512)}
 MODELS = ("minilm-l6", "bert-base")
-VARIANTS = ("default allocator", "course", "course, no attention dropout")
+#: The variants, each a lever on top of the one before it where it says so. "course" is what ``training.train``
+#: does on the CPU today (freed memory reused, attention dropout off); the two before it are the course as it
+#: was; the last two try another attention kernel and ``torch.compile`` on top of the course.
+VARIANTS = (
+    "default allocator",  # glibc's allocator, attention dropout on (the course before allocator.py)
+    "attention dropout on",  # freed memory reused, the model's attention dropout (the course before levers.md)
+    "course",  # freed memory reused, attention dropout off: PyTorch's fused CPU attention (SDPA's flash kernel)
+    "course, eager attention",  # the same, attention as plain matmul-softmax-matmul (attn_implementation="eager")
+    "course, compiled",  # the same, the model compiled by torch.compile (inductor, C++ kernels on the CPU)
+)
+#: The variants with the model's attention dropout on.
+DROPOUT_ON = VARIANTS[:2]
 
 
-def build(model_name: str, attention_dropout: bool = True):
+def build(model_name: str, attention_dropout: bool = True, attention: str = "sdpa"):
     """The model, on the CPU, in train mode: MiniLM-L6's real config, or ``BertConfig()`` (random)."""
     from transformers import BertConfig, BertForMaskedLM
 
@@ -66,6 +82,7 @@ def build(model_name: str, attention_dropout: bool = True):
         config = BertConfig.from_pretrained(offline_model_path())
     if not attention_dropout:
         config.attention_probs_dropout_prob = 0.0
+    config._attn_implementation = attention
     return BertForMaskedLM(config).train()
 
 
@@ -93,9 +110,13 @@ def matmul_ceiling(rows: int, hidden: int, precision: str, repeats: int = 5) -> 
     return 2 * rows * hidden * 4 * hidden / best
 
 
-def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tuple[list[float], int, dict]:
+def time_steps(
+    model, batch: int, length: int, precision: str, steps: int, compiled: bool = False
+) -> tuple[list[float], int, dict]:
     """Seconds of each of ``steps`` training steps after one warm-up, the masked tokens per step, and
-    the timed steps' minor page faults and kernel seconds (medians per step)."""
+    the timed steps' minor page faults and kernel seconds (medians per step). ``compiled``: the forward
+    runs through the encoder and head compiled by ``torch.compile`` (the warm-up step compiles them, forward and
+    backward)."""
     import torch
 
     from hp_mlm.common import autocast, mlm_logits
@@ -105,6 +126,9 @@ def time_steps(model, batch: int, length: int, precision: str, steps: int) -> tu
     ids = torch.randint(1000, 20000, (batch, length), generator=draw)
     mask, chosen = torch.ones_like(ids), torch.rand(ids.shape, generator=draw) < 0.15
     optimizer = build_optimizer(model, 1e-5)
+    if compiled:  # in place: mlm_logits calls the encoder and the head apart (the head at the masked rows only)
+        model.bert.compile()
+        model.cls.compile()
     seconds, faults, kernel = [], [], []
     for i in range(steps + 1):
         before = resource.getrusage(resource.RUSAGE_SELF)
@@ -132,10 +156,15 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
     from hp_mlm.ops.allocator import reuse_freed_memory
 
     batch, length = SHAPES[shape]
-    model = build(model_name, attention_dropout=variant != VARIANTS[2])
+    attention = "eager" if variant == "course, eager attention" else "sdpa"
+    model = build(model_name, attention_dropout=variant in DROPOUT_ON, attention=attention)
     ceiling = matmul_ceiling(batch * length, model.config.hidden_size, precision)
     with reuse_freed_memory(variant != VARIANTS[0]) as switched:
-        seconds, masked, system = time_steps(model, batch, length, precision, steps)
+        started = time.perf_counter()
+        seconds, masked, system = time_steps(
+            model, batch, length, precision, steps, compiled=variant.endswith("compiled")
+        )
+        whole = time.perf_counter() - started
     flops = step_flops(model.config, batch, length, masked)
     median = statistics.median(seconds)
     return {
@@ -148,6 +177,7 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
         **system,
         "step_seconds": [round(s, 3) for s in seconds],
         "step_median_s": round(median, 3),
+        "first_step_s": round(whole - sum(seconds), 1),  # the warm-up step: with torch.compile, the compiling
         "gflop_per_step": round(flops / 1e9, 1),
         "achieved_gflops": round(flops / median / 1e9, 1),
         "ceiling_gflops": round(ceiling / 1e9, 1),
@@ -157,16 +187,16 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
     }
 
 
-def run_all(shapes: list[str], steps: int) -> list[dict]:
-    """Every configuration, each in a fresh process (its own peak memory); fp32 then bf16, each in
+def run_all(shapes: list[str], steps: int, models=MODELS, precisions=None, variants=VARIANTS) -> list[dict]:
+    """Every configuration asked, each in a fresh process (its own peak memory); fp32 then bf16, each in
     every variant, in turn."""
     from hp_mlm.common import cpu_has_native_bf16
 
-    precisions = ["fp32", "bf16"] if cpu_has_native_bf16() else ["fp32"]
+    precisions = precisions or (["fp32", "bf16"] if cpu_has_native_bf16() else ["fp32"])
     rows = []
     for shape in shapes:
-        for model_name in MODELS:
-            for precision, variant in [(p, v) for p in precisions for v in VARIANTS]:
+        for model_name in models:
+            for precision, variant in [(p, v) for p in precisions for v in variants]:
                 argv = [sys.executable, __file__, "--one", model_name, shape, precision, variant, "--steps", str(steps)]
                 done = subprocess.run(argv, capture_output=True, text=True, check=True)
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -174,10 +204,19 @@ def run_all(shapes: list[str], steps: int) -> list[dict]:
     return rows
 
 
+#: Earlier runs' names of today's variants (before attention dropout was turned off in the course).
+RENAMED = {"course": "attention dropout on", "course, no attention dropout": "course"}
+
+
+def key(row: dict) -> tuple:
+    return row["model"], row["shape"], row["precision"], row["variant"]
+
+
 HEADER = (
-    "| model | batch x tokens | precision | variant | step (s, median) | page faults / step | kernel s / step | "
-    "GFLOP / step | achieved GFLOP/s | ceiling GFLOP/s (this row / best) | share of best | peak memory (GB) |\n"
-    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| model | batch x tokens | precision | variant | step (s, median) | first step (s) | page faults / step | "
+    "kernel s / step | GFLOP / step | achieved GFLOP/s | ceiling GFLOP/s (this row / best) | share of best | "
+    "peak memory (GB) |\n"
+    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -186,7 +225,7 @@ def format_row(r: dict, best: float | None = None) -> str:
     best = best or r["ceiling_gflops"]
     return (
         f"| {r['model']} ({r['parameters_m']}M) | {r['shape']} | {r['precision']} | {r['variant']} | "
-        f"{r['step_median_s']} | {r['page_faults_per_step']:,} | {r['kernel_s_per_step']:.2f} | {r['gflop_per_step']} | "
+        f"{r['step_median_s']} | {r.get('first_step_s', 'n/a')} | {r['page_faults_per_step']:,} | {r['kernel_s_per_step']:.2f} | {r['gflop_per_step']} | "
         f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | {r['achieved_gflops'] / best:.0%} | "
         f"{r['peak_memory_gb']} |"
     )
@@ -206,7 +245,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
     parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (after a warm-up)")
-    parser.add_argument("--merge", action="store_true", help="keep the earlier results' rows of other shapes")
+    parser.add_argument("--merge", action="store_true", help="keep the earlier results' rows not measured again")
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"])
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--one", nargs=4, metavar=("MODEL", "SHAPE", "PRECISION", "VARIANT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -216,24 +258,31 @@ def main() -> None:
 
     started = time.perf_counter()
     print(HEADER)
-    rows = run_all(args.shapes, args.steps)
+    rows = run_all(args.shapes, args.steps, args.models, args.precisions, args.variants)
     machine = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "native_bf16": cpu_has_native_bf16(),
         "loadavg_end": os.getloadavg(),
         "seconds": round(time.perf_counter() - started, 1),
-        "shapes": args.shapes,
+        "measured": {"shapes": args.shapes, "models": args.models, "variants": args.variants, "steps": args.steps},
     }
     earlier = RESULTS / "ceiling.json"
     if args.merge and earlier.exists():
         kept = json.loads(earlier.read_text())
-        measured = {f"{b} x {n}" for b, n in (SHAPES[s] for s in args.shapes)}
-        rows = [r for r in kept["rows"] if r["shape"] not in measured] + rows
+        if not kept["machine"].get("measured"):  # a run from before the variants were renamed
+            kept["rows"] = [{**r, "variant": RENAMED.get(r["variant"], r["variant"])} for r in kept["rows"]]
+        measured = {key(r) for r in rows}
+        rows = [r for r in kept["rows"] if key(r) not in measured] + rows
         machine = {**machine, "earlier_runs": [kept["machine"], *kept["machine"].get("earlier_runs", [])]}
         machine["earlier_runs"][0].pop("earlier_runs", None)
     rows.sort(
-        key=lambda r: (list(SHAPES.values()).index(tuple(map(int, r["shape"].split(" x ")))), MODELS.index(r["model"]))
+        key=lambda r: (
+            list(SHAPES.values()).index(tuple(map(int, r["shape"].split(" x ")))),
+            MODELS.index(r["model"]),
+            r["precision"],
+            VARIANTS.index(r["variant"]),
+        )
     )
     RESULTS.mkdir(exist_ok=True)
     atomic_write_text(RESULTS / "ceiling.json", json.dumps({"machine": machine, "rows": rows}, indent=2) + "\n")

@@ -92,6 +92,11 @@ class Settings:
             tutorial's labels; most of the loss is then about copying visible tokens).
         group_by_length: batch rows of similar length together (shuffled within groups).
         masked_positions_only: the head's vocabulary projection only at masked positions (same loss).
+        attention_dropout: keep the model's dropout on attention weights while training (BERT's
+            ``attention_probs_dropout_prob``, 0.1). Off in the course: PyTorch's CPU attention then keeps its
+            fused kernel instead of building every head's attention matrix and dropout mask, a 16 x 128 step
+            of bert-base faster and a 16 x 512 one in a third of the memory, with held-out top-1 within the
+            seeds' spread (benchmarks/results/levers.md); the original recipe keeps it on.
         checkpoint_every: optimiser steps between checkpoints (``0``: only at epoch ends).
         progress: show ``tqdm`` progress bars.
         top_k: candidates per mask shown by fill-mask.
@@ -131,6 +136,7 @@ class Settings:
     label_all_tokens: bool = False
     group_by_length: bool = True
     masked_positions_only: bool = True
+    attention_dropout: bool = False
     checkpoint_every: int = 200
     progress: bool = True
     top_k: int = 5

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForMaskedLM,
     AutoTokenizer,
     BertConfig,
@@ -76,11 +77,8 @@ def build_smoke_tokenizer() -> PreTrainedTokenizerBase:
     unlike bert-base-uncased, which keeps the code honest about asking the tokenizer for ids.
     """
     tokens = smoke_vocab_path().read_text(encoding="utf-8").split("\n")
-    return BertTokenizerFast(
-        vocab={token: i for i, token in enumerate(t for t in tokens if t)},
-        do_lower_case=True,
-        model_max_length=SMOKE_BERT["max_position_embeddings"],
-    )
+    vocab = {token: i for i, token in enumerate(t for t in tokens if t)}
+    return BertTokenizerFast(vocab=vocab, do_lower_case=True, model_max_length=SMOKE_BERT["max_position_embeddings"])
 
 
 def build_smoke_model(tokenizer: PreTrainedTokenizerBase, seed: int = SMOKE_SEED, **config: Any) -> BertForMaskedLM:
@@ -143,7 +141,9 @@ def _load_tokenizer(name: str, cached_only: bool) -> PreTrainedTokenizerBase:
         raise (cache_error if cached_only else hub_error)(name, "tokenizer", error) from error
 
 
-def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0) -> LoadedModel:
+def load_model(
+    name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0, attention_dropout: bool = True
+) -> LoadedModel:
     """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
 
     Weights come from safetensors files only (``use_safetensors=True``); remote code is never run.
@@ -153,6 +153,8 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
     randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
     weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
     ``SMOKE_MODEL`` always has the same weights (``SMOKE_SEED``), whatever ``seed`` is.
+    ``attention_dropout=False`` sets the config's dropout on attention weights (BERT's ``attention_probs_dropout_prob``,
+    DistilBERT's ``attention_dropout``) to 0 before the model is built: only training changes (the weights, and evaluation, are the same).
     A Hub id comes from the Hub, or from the Hugging Face cache alone in offline mode
     (``HF_HUB_OFFLINE=1``) or when the Hub does not answer.
 
@@ -163,17 +165,21 @@ def load_model(name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed
         OSError / ValueError: from transformers, for a folder that holds no usable model.
         ValueError: the tokenizer has more tokens than the model has embedding rows.
     """
+    # the config field of the dropout on attention weights: BERT's, RoBERTa's and ELECTRA's; DistilBERT's
+    off = {} if attention_dropout else {"attention_probs_dropout_prob": 0.0, "attention_dropout": 0.0}
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
-        return LoadedModel(build_smoke_model(tok), tok, True, ("<all: random smoke BERT>",), name)
+        return LoadedModel(build_smoke_model(tok, **off), tok, True, ("<all: random smoke BERT>",), name)
     label, name = name, offline_model_path() if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL) else name
     cached_only = _check_source(name, "model")
     tok = tokenizer or _load_tokenizer(name, cached_only)
     try:
         with quiet_transformers(), torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
+            hub = dict(local_files_only=cached_only)
+            config = AutoConfig.from_pretrained(name, **hub, **off)  # a key the config lacks is left out
             model, info = AutoModelForMaskedLM.from_pretrained(  # float32: AdamW needs fp32 weights to move
-                name, use_safetensors=True, output_loading_info=True, local_files_only=cached_only, dtype=torch.float32
+                name, config=config, use_safetensors=True, output_loading_info=True, dtype=torch.float32, **hub
             )
     except OSError as error:
         if is_local(name):
@@ -249,15 +255,10 @@ def _check_source(name: str, what: str = "model") -> bool:
                 "(config.json, model.safetensors, tokenizer files) or a Hub id such as bert-base-uncased."
             )
         if not (path / "config.json").is_file():
-            inside = path / "model" / "config.json"
-            raise FileNotFoundError(
-                f"{name!r} holds no model (no config.json)"
-                + (
-                    f"; the trained model is in {str(path / 'model')!r}"
-                    if inside.is_file()
-                    else "; pass a folder saved with save_pretrained, e.g. outputs/<profile>/model"
-                )
-            )
+            hint = "pass a folder saved with save_pretrained, e.g. outputs/<profile>/model"
+            if (path / "model" / "config.json").is_file():
+                hint = f"the trained model is in {str(path / 'model')!r}"
+            raise FileNotFoundError(f"{name!r} holds no model (no config.json); {hint}")
         return False
     return require_hub(name, what, lambda: _in_hf_cache(name, _CACHE_NEEDS[what]), constants.HF_HUB_CACHE)
 

@@ -113,7 +113,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
     # max_length is checked against the model once both are known.
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
-    loaded = load_model(model or settings.model, seed=settings.seed)
+    loaded = load_model(model or settings.model, seed=settings.seed, attention_dropout=settings.attention_dropout)
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     train_rows, validation_rows = train_validation_split(

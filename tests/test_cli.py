@@ -362,3 +362,24 @@ def test_precision_auto_on_the_command_line_is_the_setting_auto_not_unset(tmp_pa
         ("auto", 3e-3, "auto"),
         ("auto", None, "auto"),
     ]
+
+
+def test_the_log_the_metrics_and_the_card_say_attention_dropout_was_off(smoke_run):
+    out, metrics = smoke_run
+    assert any(line.startswith("training on ") and line.endswith("attention dropout off") for line in SMOKE_LOG)
+    assert metrics["settings"]["attention_dropout"] is False
+    card = (out / "model" / "README.md").read_text(encoding="utf-8")
+    assert "attention_dropout" in card
+
+
+def test_attention_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
+    seen = settings_seen(monkeypatch)
+    argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
+    for extra in (
+        [],
+        ["--attention-dropout"],
+        ["--recipe", "original"],
+        ["--recipe", "original", "--no-attention-dropout"],
+    ):
+        assert main([*argv, *extra]) == 1  # the stand-in's Stop: the settings were accepted
+    assert [s.attention_dropout for s in seen] == [False, True, True, False]

@@ -55,6 +55,7 @@ SETTING_HELP = {
     "label_all_tokens": "labels on every token, not only the masked ones (the original tutorial's mistake)",
     "group_by_length": "batch rows of similar length together (less padding)",
     "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
+    "attention_dropout": "keep the model's dropout on attention weights while training (off: CPU's fused attention)",
     "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
     "progress": "progress bars (--no-progress for logs and CI)",
     "trained_model": "a fine-tuned model handed out to the room: the .zip (or its folder) made by "

@@ -213,7 +213,9 @@ def side_by_side(
             run = base.replace(seed=base.seed + k, padding="pack" if way == "pack" else "batch")
             run = run.replace(epochs=(epochs or {}).get(way, run.epochs))
             started = time.perf_counter()
-            model = load_model(base.model, tok, seed=run.seed).model.to(prep.loaded.model.device)
+            model = load_model(base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout).model.to(
+                prep.loaded.model.device
+            )
             fit = train_with_trainer if way == "trainer" else train_course
             # both loops keep freed CPU memory for the next step, as the main job does (allocator.py),
             # so that the race measures the loops, not the allocator

@@ -96,7 +96,9 @@ def compare_options(
     for name, changes in options.items():
         for k in range(seeds):
             run = base.replace(seed=base.seed + k, **changes)
-            model = load_model(base.model, tok, seed=run.seed).model  # the same start for every option
+            model = load_model(
+                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout
+            ).model  # the same start for every option
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
