@@ -153,8 +153,9 @@ def load_model(
     randomly initialised head; ``LoadedModel.head_newly_initialised`` says so. Newly initialised
     weights are drawn with ``seed``, so two loads give the same model (and the same "before" scores).
     ``SMOKE_MODEL`` always has the same weights (``SMOKE_SEED``), whatever ``seed`` is.
-    ``attention_dropout=False`` sets the config's dropout on attention weights (BERT's ``attention_probs_dropout_prob``,
-    DistilBERT's ``attention_dropout``) to 0 before the model is built: only training changes (the weights, and evaluation, are the same).
+    ``attention_dropout=False`` sets the config's dropout on attention weights (BERT's
+    ``attention_probs_dropout_prob``, DistilBERT's ``attention_dropout``) to 0 before the model is built: only
+    training changes (the weights and evaluation are the same; a model saved from it keeps the 0 in its config).
     A Hub id comes from the Hub, or from the Hugging Face cache alone in offline mode
     (``HF_HUB_OFFLINE=1``) or when the Hub does not answer.
 
