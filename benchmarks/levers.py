@@ -51,14 +51,19 @@ def load(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def step_table(ceiling: dict) -> list[str]:
-    """Every bf16 and fp32 step of the ceiling run: seconds, share of the best ceiling, memory, against the
-    "attention dropout on" row of the same model, shape and precision."""
-    rows = ceiling["rows"]
+def best_ceilings(rows: list[dict]) -> dict[tuple, float]:
+    """The best matmul ceiling (GFLOP/s) measured for each model, shape and precision in the run."""
     best: dict[tuple, float] = {}
     for r in rows:
         k = (r["model"], r["shape"], r["precision"])
         best[k] = max(best.get(k, 0.0), r["ceiling_gflops"])
+    return best
+
+
+def step_table(ceiling: dict) -> list[str]:
+    """Every bf16 and fp32 step of the ceiling run: seconds, share of the best ceiling, memory, against the
+    "attention dropout on" row of the same model, shape and precision."""
+    rows, best = ceiling["rows"], best_ceilings(ceiling["rows"])
     on = {(r["model"], r["shape"], r["precision"]): r for r in rows if r["variant"] == "attention dropout on"}
     lines = [
         "| model | batch x tokens | precision | variant | step (s) | vs dropout on | first step (s) | share of ceiling "
@@ -120,10 +125,7 @@ def targets(ceiling: dict | None, recipes: dict | None, before: dict | None, aft
         lines.append(f"| compare_recipes.py: real tokens/s, course / original | >= 10x | {ratio:.1f}x | "
                      f"{'yes' if ratio >= 10 else 'no'} |")  # fmt: skip
     if ceiling:
-        best: dict[tuple, float] = {}
-        for r in ceiling["rows"]:
-            k = (r["model"], r["shape"], r["precision"])
-            best[k] = max(best.get(k, 0.0), r["ceiling_gflops"])
+        best = best_ceilings(ceiling["rows"])
         course = {
             (r["model"], r["shape"]): r
             for r in ceiling["rows"]
