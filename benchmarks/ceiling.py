@@ -30,8 +30,10 @@ Each model, shape and precision runs in these variants, one after the other in t
   kernels); its first step, which compiles, is reported apart (``first_step_s``).
 
 The minor page faults and the kernel (system) time per step are printed beside the times. The
-share is taken against the best ceiling measured for that model, shape and precision in the run
-(each row measures its own, and one matmul's best of 5 moves with the machine's load).
+share is taken against the best ceiling measured for that model, shape and precision in the same run
+(each row measures its own, and one matmul's best of 5 moves with the machine's load; a row kept by
+``--merge`` keeps its run's tag, ``run``, since a shared host's speed also moves from one run to the next).
+Which kernel is faster is measured apart, interleaved in one process: ``benchmarks/attention_kernel.py``.
 
     python benchmarks/ceiling.py                          # everything (about 40 minutes on 2 cores)
     python benchmarks/ceiling.py --shapes quick --merge   # the 16 x 128 steps again, the rest kept
@@ -110,6 +112,21 @@ def matmul_ceiling(rows: int, hidden: int, precision: str, repeats: int = 5) -> 
     return 2 * rows * hidden * 4 * hidden / best
 
 
+def train_step(model, optimizer, ids, mask, chosen, precision: str) -> None:
+    """One training step as the course's loop takes it on the CPU: forward (the head at the masked positions
+    only), cross-entropy there, backward, clipping at 1.0, the optimiser's step."""
+    import torch
+
+    from hp_mlm.common import autocast, mlm_logits
+
+    with autocast(precision, "cpu"):
+        logits = mlm_logits(model, ids, mask, chosen)
+    torch.nn.functional.cross_entropy(logits.float(), ids[chosen]).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
 def time_steps(
     model, batch: int, length: int, precision: str, steps: int, compiled: bool = False
 ) -> tuple[list[float], int, dict]:
@@ -119,7 +136,6 @@ def time_steps(
     backward)."""
     import torch
 
-    from hp_mlm.common import autocast, mlm_logits
     from hp_mlm.training import build_optimizer
 
     draw = torch.Generator().manual_seed(0)
@@ -133,13 +149,7 @@ def time_steps(
     for i in range(steps + 1):
         before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
-        with autocast(precision, "cpu"):
-            logits = mlm_logits(model, ids, mask, chosen)
-        loss = torch.nn.functional.cross_entropy(logits.float(), ids[chosen])
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        optimizer.zero_grad()
+        train_step(model, optimizer, ids, mask, chosen, precision)
         if i:  # the first step is the warm-up (allocations, AdamW's state)
             seconds.append(time.perf_counter() - started)
             after = resource.getrusage(resource.RUSAGE_SELF)
@@ -231,13 +241,24 @@ def format_row(r: dict, best: float | None = None) -> str:
     )
 
 
-def report(machine: dict, rows: list[dict]) -> str:
-    """The markdown table, each share against the best ceiling of its model, shape and precision."""
+def best_ceilings(rows: list[dict]) -> dict[tuple, float]:
+    """The best matmul ceiling (GFLOP/s) of each run for each model, shape and precision: a share is taken
+    against its own run's, since the machine's speed moves between runs (rows kept by ``--merge``)."""
     best: dict[tuple, float] = {}
     for r in rows:
-        key = (r["model"], r["shape"], r["precision"])
-        best[key] = max(best.get(key, 0.0), r["ceiling_gflops"])
-    lines = [format_row(r, best[(r["model"], r["shape"], r["precision"])]) for r in rows]
+        k = ceiling_key(r)
+        best[k] = max(best.get(k, 0.0), r["ceiling_gflops"])
+    return best
+
+
+def ceiling_key(row: dict) -> tuple:
+    return row["model"], row["shape"], row["precision"], row.get("run", "")
+
+
+def report(machine: dict, rows: list[dict]) -> str:
+    """The markdown table, each share against the best ceiling of its run, model, shape and precision."""
+    best = best_ceilings(rows)
+    lines = [format_row(r, best[ceiling_key(r)]) for r in rows]
     return "\n".join([f"`python benchmarks/ceiling.py` on {machine}:", "", HEADER, *lines]) + "\n"
 
 
@@ -256,15 +277,16 @@ def main() -> None:
         return
     from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
 
-    started = time.perf_counter()
+    started, run = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M")
     print(HEADER)
-    rows = run_all(args.shapes, args.steps, args.models, args.precisions, args.variants)
+    rows = [{**r, "run": run} for r in run_all(args.shapes, args.steps, args.models, args.precisions, args.variants)]
     machine = {
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "native_bf16": cpu_has_native_bf16(),
         "loadavg_end": os.getloadavg(),
         "seconds": round(time.perf_counter() - started, 1),
+        "run": run,
         "measured": {"shapes": args.shapes, "models": args.models, "variants": args.variants, "steps": args.steps},
     }
     earlier = RESULTS / "ceiling.json"
@@ -273,7 +295,8 @@ def main() -> None:
         if not kept["machine"].get("measured"):  # a run from before the variants were renamed
             kept["rows"] = [{**r, "variant": RENAMED.get(r["variant"], r["variant"])} for r in kept["rows"]]
         measured = {key(r) for r in rows}
-        rows = [r for r in kept["rows"] if key(r) not in measured] + rows
+        earlier_run = kept["machine"].get("run", "earlier")  # runs from before rows were tagged with theirs
+        rows = [{"run": earlier_run, **r} for r in kept["rows"] if key(r) not in measured] + rows
         machine = {**machine, "earlier_runs": [kept["machine"], *kept["machine"].get("earlier_runs", [])]}
         machine["earlier_runs"][0].pop("earlier_runs", None)
     rows.sort(

@@ -3,6 +3,7 @@
 Reads what the other benchmarks wrote and writes benchmarks/results/levers.md; it measures nothing itself:
 
     python benchmarks/ceiling.py --shapes quick --merge     # seconds per step, share of the ceiling, peak memory
+    python benchmarks/attention_kernel.py                   # which attention variant is faster, interleaved
     python benchmarks/levers_quality.py --profile offline   # held-out top-1 over 3 seeds, lever on and off
     python benchmarks/levers_quality.py --profile quick ... --name quick_oz
     python benchmarks/compare_recipes.py                    # the course against the original recipe
@@ -16,7 +17,11 @@ over the seeds, or the other side's mean inside its own.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ceiling import best_ceilings, ceiling_key  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The step shapes and models the issue sets targets for, and the targets (share of the matmul ceiling).
@@ -27,22 +32,34 @@ NOTEBOOKS = ("03_training", "05_going_further", "06_the_library_way")
 #: What was kept and what is still to measure (2026-12-03); the tables below are regenerated, this is not.
 READING = """## Reading (2026-12-03)
 
-- **Attention dropout off is kept** as the course's default (``attention_dropout=False``, ``--attention-dropout``
-  turns it back on; ``--recipe original`` keeps it on). Held-out top-1 stayed inside the seeds' spread in both
-  profiles (tables at the end). One recipe on CPU and GPU, so a run means the same everywhere: on a CPU it lets
-  PyTorch's fused attention kernel run; on a GPU the fused kernels apply dropout themselves, so no gain is
-  expected there (no GPU was lent to measure it).
-- **The step table below is still the run from before the variants were renamed** (``attention dropout on`` was
-  called ``course`` then, ``course`` was ``course, no attention dropout``): the variants ``course, eager
-  attention`` and ``course, compiled`` are written but not yet measured on a quiet machine. One try under load:
-  ``torch.compile`` of MiniLM's encoder and head took 95 s for its first (compiling) step at 16 x 128, longer
-  than the offline notebook's whole training could save; not kept.
-- **The whole-run seconds are not a speed figure**: the offline study's runs without attention dropout shared
-  the machine with other work (432, 371 and 274 s against 232-240 s alone). The Oz study ran alone: 417 s
-  against 433 s a run, 1.04x, at 128 tokens, where attention is a small part of a MiniLM step.
-- **Not yet measured**: ``compare_recipes.py`` and the notebooks with the lever (their targets read the
-  committed results, from before it), and bert-base at 16 x 128 in fp32, where the one 3-step measurement
-  was 6% slower without attention dropout (7.56 s against 8.05 s).
+- **Kept: attention dropout off** (``attention_dropout=False``; ``--attention-dropout`` turns it back on, and
+  ``--recipe original`` keeps it on). Held-out top-1 stayed inside the seeds' spread in both profiles (tables
+  at the end). One recipe on CPU and GPU, so a run means the same everywhere. Where it is faster: on a CPU
+  at long rows, where it lets PyTorch's fused attention kernel run instead of the unfused path that builds
+  every head's attention matrix and dropout mask: a bert-base bf16 step at 16 x 512 30.4 -> 21.4 s and
+  24.1 -> 7.5 GB, MiniLM 5.2 -> 2.2 s; at 16 x 128, interleaved in one process, the step with dropout took
+  1.12x the course's for MiniLM in bf16, 1.27x in fp32 and 1.16x for bert-base in fp32, so nothing is
+  slower in fp32. On a GPU the fused kernels apply dropout themselves, so no gain is expected there (no
+  GPU was lent to measure it).
+- **Where it is slower: short rows in bf16.** The offline corpus's rows average 58 tokens (36,642 tokens in
+  637 rows), and at 16 x 50 the fused kernel's MiniLM bf16 step is slower than the unfused one with dropout
+  (with dropout 0.91x the course's [0.84, 0.99]; 1.05x at 90 tokens, 1.09x at 127:
+  ``attention_kernel_lengths.md``). So the offline notebooks did not get faster: notebook 03 in turns in
+  one session took 254 and 246 s with attention dropout, 270 s without (the targets below).
+- **Measured, not kept: eager attention** (``attn_implementation="eager"``, the same function without
+  dropout: ``tests/test_levers.py``). Faster for MiniLM in bf16 at every length measured (0.79-0.84x the
+  course's step at 50-128 tokens, with or without padding); for bert-base in bf16 at 16 x 128 0.95x [0.92,
+  1.03], inside the spread; slower in fp32 (1.07x and 1.11x, the rounds disagreeing) and for MiniLM at 512
+  (1.17x). It is the lever that would make the offline notebooks faster, but only in bf16 on a CPU and
+  mostly for the stand-in's head size (32): it needs a rule by device and precision, transformers 4.57
+  fixes BERT's attention class when the model is built (so it must be chosen at load), and its held-out
+  quality over 3 seeds is still to be measured. Not made a default in this session.
+- **Measured, not kept: ``torch.compile``** of the encoder and head: no faster in any 16 x 128 row of the
+  step table, and its first step compiles for 7-75 s. Its quality was not measured (not faster).
+- **The step table's shares** are against each run's best ceiling; the bf16 ceiling moved between 291 and
+  405 GFLOP/s across the rows of the 2026-12-03 run, so a share is good to about ten points.
+- **compare_recipes.py, 14.7x**: both sides in one run; the original recipe's fp32 side ran at about half
+  its speed of the session before (101 against 194 real tokens/s), the course's bf16 side at 0.9 of it.
 """
 
 
@@ -51,35 +68,26 @@ def load(name: str) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def best_ceilings(rows: list[dict]) -> dict[tuple, float]:
-    """The best matmul ceiling (GFLOP/s) measured for each model, shape and precision in the run."""
-    best: dict[tuple, float] = {}
-    for r in rows:
-        k = (r["model"], r["shape"], r["precision"])
-        best[k] = max(best.get(k, 0.0), r["ceiling_gflops"])
-    return best
-
-
 def step_table(ceiling: dict) -> list[str]:
-    """Every bf16 and fp32 step of the ceiling run: seconds, share of the best ceiling, memory, against the
-    "attention dropout on" row of the same model, shape and precision."""
+    """Every bf16 and fp32 step of the ceiling run: seconds, share of its run's best ceiling, memory, against the
+    "attention dropout on" row of the same run, model, shape and precision."""
     rows, best = ceiling["rows"], best_ceilings(ceiling["rows"])
-    on = {(r["model"], r["shape"], r["precision"]): r for r in rows if r["variant"] == "attention dropout on"}
+    on = {ceiling_key(r): r for r in rows if r["variant"] == "attention dropout on"}
     lines = [
         "| model | batch x tokens | precision | variant | step (s) | vs dropout on | first step (s) | share of ceiling "
-        "| peak memory (GB) |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| peak memory (GB) | run |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for r in rows:
         if r["variant"] == "default allocator":
             continue
-        k = (r["model"], r["shape"], r["precision"])
+        k = ceiling_key(r)
         base = on.get(k)
         speed = f"{base['step_median_s'] / r['step_median_s']:.2f}x" if base else "n/a"
         share = r["achieved_gflops"] / best[k]
         lines.append(
             f"| {r['model']} | {r['shape']} | {r['precision']} | {r['variant']} | {r['step_median_s']} | {speed} | "
-            f"{r.get('first_step_s', 'n/a')} | {share:.0%} | {r['peak_memory_gb']} |"
+            f"{r.get('first_step_s', 'n/a')} | {share:.0%} | {r['peak_memory_gb']} | {r.get('run', '')} |"
         )
     return lines
 
@@ -118,7 +126,14 @@ def quality_table(name: str, quality: dict) -> list[str]:
     return lines
 
 
-def targets(ceiling: dict | None, recipes: dict | None, before: dict | None, after: dict | None) -> list[str]:
+def targets(
+    ceiling: dict | None,
+    recipes: dict | None,
+    before: dict | None,
+    after: dict | None,
+    kernel: dict | None = None,
+    same_session: dict | None = None,
+) -> list[str]:
     lines = ["| target | asked | now | met |", "| --- | ---: | ---: | :---: |"]
     if recipes:
         ratio = recipes["comparison"]["ratios"]["train_real_tokens_per_s_ratio"]
@@ -134,7 +149,7 @@ def targets(ceiling: dict | None, recipes: dict | None, before: dict | None, aft
         for (model, shape), asked in SHARE_TARGETS.items():
             r = course.get((model, shape))
             if r:
-                share = r["achieved_gflops"] / best[(model, shape, "bf16")]
+                share = r["achieved_gflops"] / best[ceiling_key(r)]
                 lines.append(f"| {model} step at {shape}, bf16: share of the ceiling | >= {asked:.0%} | {share:.0%} | "
                              f"{'yes' if share >= asked else 'no'} |")  # fmt: skip
         for (model, shape), asked in MEMORY_TARGET_GB.items():
@@ -142,11 +157,26 @@ def targets(ceiling: dict | None, recipes: dict | None, before: dict | None, aft
             if r:
                 lines.append(f"| {model} step at {shape}, bf16: peak memory | <= {asked:g} GB | {r['peak_memory_gb']} GB | "
                              f"{'yes' if r['peak_memory_gb'] <= asked else 'no'} |")  # fmt: skip
+    if kernel:
+        for r in kernel["rows"]:
+            if r["precision"] == "fp32":
+                x = r["over_course"]["attention dropout on"]
+                lines.append(f"| fp32, {r['model']} at {r['shape']}: nothing slower (step with attention dropout on "
+                             f"/ the course's, interleaved) | >= 1 | {x['median']:.2f} [{x['min']:.2f}, {x['max']:.2f}] | "
+                             f"{'yes' if x['min'] >= 1 else 'no'} |")  # fmt: skip
     if before and after:
         for stem in NOTEBOOKS:
             b, a = before["profiles"]["offline"][stem]["seconds"], after["profiles"]["offline"][stem]["seconds"]
-            lines.append(f"| notebook {stem}, offline, end to end | >= 1.3x faster | {b:.0f} s -> {a:.0f} s, "
-                         f"{b / a:.2f}x | {'yes' if b / a >= 1.3 else 'no'} |")  # fmt: skip
+            lines.append(f"| notebook {stem}, offline, end to end (committed runs of two sessions) | >= 1.3x faster | "
+                         f"{b:.0f} s -> {a:.0f} s, {b / a:.2f}x | {'yes' if b / a >= 1.3 else 'no'} |")  # fmt: skip
+    if same_session:
+        runs = same_session["runs"]
+        on = [r["seconds"] for r in runs if r["attention_dropout"]]
+        off = [r["seconds"] for r in runs if not r["attention_dropout"]]
+        ratio = (sum(on) / len(on)) / (sum(off) / len(off))
+        lines.append(f"| notebook 03_training, offline, the same session, in turns (attention dropout on: "
+                     f"{', '.join(f'{x:.0f}' for x in on)} s; off: {', '.join(f'{x:.0f}' for x in off)} s) | "
+                     f">= 1.3x faster | {ratio:.2f}x | {'yes' if ratio >= 1.3 else 'no'} |")  # fmt: skip
     return lines
 
 
@@ -155,9 +185,19 @@ def main() -> None:
     before, after = load("notebook_times_before_levers.json"), load("notebook_times.json")
     parts = [__doc__.split("\n")[0], "", "Commands (each writes its own results file; this page reads them):", ""]
     parts += ["    " + line.strip() for line in __doc__.split("\n") if line.strip().startswith("python ")]
-    parts += ["", READING, "## Targets", "", *targets(ceiling, recipes, before, after)]
+    kernel, same_session = load("attention_kernel.json"), load("notebook_03_attention_dropout.json")
+    parts += ["", READING, "## Targets", "", *targets(ceiling, recipes, before, after, kernel, same_session)]
     if before and after:
         parts += ["", f"Notebook times before: {before['machines']['offline']}; after: {after['machines']['offline']}."]
+    if kernel:
+        from attention_kernel import report
+
+        parts += [
+            "",
+            "## The attention variants, interleaved",
+            "",
+            *report(kernel["machine"], kernel["rows"]).splitlines(),
+        ]
     if ceiling:
         parts += ["", "## A training step", "", f"`benchmarks/ceiling.py` on {ceiling['machine']}.", ""]
         parts += step_table(ceiling)

@@ -94,10 +94,11 @@ class Settings:
         masked_positions_only: the head's vocabulary projection only at masked positions (same loss).
         attention_dropout: keep the model's dropout on attention weights while training (BERT's
             ``attention_probs_dropout_prob``, 0.1). Off in the course: PyTorch's CPU attention then keeps its
-            fused kernel instead of building every head's attention matrix and dropout mask: a MiniLM step at
-            16 x 128 in bf16 0.77 s against 0.92 s, a bert-base one at 16 x 512 13.9 s and 7.6 GB against 21.0 s
-            and 21.2 GB, with held-out top-1 within the seeds' spread (benchmarks/results/levers.md); the
-            original recipe keeps it on.
+            fused kernel instead of building every head's attention matrix and dropout mask: a bert-base step
+            at 16 x 512 in bf16 13.9 s and 7.6 GB against 21.0 s and 21.2 GB, a MiniLM one at 16 x 128 0.91 s
+            against 1.05 s; at rows of about 50 tokens in bf16 the fused kernel is the slower one (MiniLM
+            0.43 s against 0.40 s). Held-out top-1 stays within the seeds' spread
+            (benchmarks/results/levers.md); the original recipe keeps it on.
         checkpoint_every: optimiser steps between checkpoints (``0``: only at epoch ends).
         progress: show ``tqdm`` progress bars.
         top_k: candidates per mask shown by fill-mask.

@@ -69,3 +69,25 @@ def test_off_reaches_a_pretrained_checkpoint_from_its_folder(tmp_path):
     with torch.no_grad():
         first, second = train_mode_outputs(off, ids, hidden_dropout=False)
     assert torch.equal(first, second)
+
+
+def test_eager_and_sdpa_attention_train_the_same_function():
+    """``benchmarks/attention_kernel.py`` compares the two kernels on speed alone: without attention dropout
+    they give the same logits and the same gradients (a padded batch, so the attention mask counts)."""
+    tok = build_smoke_tokenizer()
+    model = load_model(SMOKE_MODEL, tok, attention_dropout=False).model.eval()  # eval: hidden dropout off too
+    batch = tok(["the ferry crossed the silver lake", "at dawn"], padding=True, return_tensors="pt")
+    assert batch["attention_mask"].min() == 0  # the second row is padded
+    results = {}
+    for kernel in ("sdpa", "eager"):
+        model.config._attn_implementation = kernel
+        model.zero_grad()
+        logits = model(**batch).logits
+        logits[batch["attention_mask"].bool()].square().mean().backward()
+        results[kernel] = logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
+    (sdpa_logits, sdpa_grads), (eager_logits, eager_grads) = results["sdpa"], results["eager"]
+    real = batch["attention_mask"].bool()
+    torch.testing.assert_close(eager_logits[real], sdpa_logits[real], atol=1e-4, rtol=1e-4)
+    assert len(eager_grads) == len(sdpa_grads) > 0
+    for a, b in zip(eager_grads, sdpa_grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
