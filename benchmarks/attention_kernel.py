@@ -8,9 +8,11 @@ the differences measured, so its rows say where the time goes and this says whic
 
 - ``attention dropout on``: the model's 0.1 dropout on attention weights (PyTorch's CPU SDPA then takes its
   unfused path, which builds every head's attention matrix and dropout mask); the course before levers.md;
-- ``course``: attention dropout off, ``attn_implementation="sdpa"``: PyTorch's fused (flash) CPU kernel;
+- ``course``: attention dropout off, ``attn_implementation="sdpa"``: PyTorch's fused (flash) CPU kernel; the
+  course's step in fp32 and past 128 tokens (in bf16 too before ``attention="auto"``);
 - ``eager``: attention dropout off, ``attn_implementation="eager"``: matmul, softmax, matmul. Without dropout
-  it computes the same function as SDPA (``tests/test_levers.py`` checks the logits and gradients agree).
+  it computes the same function as SDPA (``tests/test_levers.py`` checks the logits and gradients agree);
+  the course's step on a CPU in bf16 at 128 tokens or fewer since ``attention="auto"``.
 
 The switches are read at every forward (``config._attn_implementation`` and the attention modules'
 ``dropout.p`` in transformers 5), so one set of weights serves all three; the weights move on as they train.

@@ -25,7 +25,8 @@ Each model, shape and precision runs in these variants, one after the other in t
   its dropout mask are built in memory); the course until benchmarks/results/levers.md;
 - ``course``: what ``training.train`` does on the CPU today: freed memory reused, attention dropout off
   (``attention_dropout=False``), so PyTorch's fused (flash) attention kernel runs;
-- ``course, eager attention``: the same with ``attn_implementation="eager"`` (matmul, softmax, matmul);
+- ``course, eager attention``: the same with ``attn_implementation="eager"`` (matmul, softmax, matmul): what
+  the course runs on a CPU in bf16 at 128 tokens or fewer since ``attention="auto"``;
 - ``course, compiled``: the same with the encoder and head compiled by ``torch.compile`` (inductor's C++
   kernels); its first step, which compiles, is reported apart (``first_step_s``).
 

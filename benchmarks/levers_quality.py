@@ -6,6 +6,7 @@ smaller than the seeds' spread is not read as a finding. The speed and memory of
 apart, on a quiet machine, by ``benchmarks/ceiling.py``; the seconds here are whole training runs.
 
     python benchmarks/levers_quality.py --profile offline
+    python benchmarks/levers_quality.py --profile offline --levers kernel --name offline_kernel
     python benchmarks/levers_quality.py --profile quick --model hp_mlm:minilm-l6 \\
         --dataset ../shared/data/oz/oz_mlm.parquet --probes ../shared/data/oz/probes.jsonl --name quick_oz
 
@@ -28,9 +29,10 @@ from hp_mlm.studies.probes import default_probes, load_probes
 
 RESULTS = Path(__file__).parent / "results"
 #: name -> settings changed from the course's (the course's default first: every other row is read against it).
-LEVERS = {
-    "course (attention dropout off)": {},
-    "attention dropout on": {"attention_dropout": True},
+LEVER_SETS = {
+    "dropout": {"course (attention dropout off)": {}, "attention dropout on": {"attention_dropout": True}},
+    # the course's attention="auto" (eager on a CPU in bf16 at max_length <= 128) against SDPA, all else equal
+    "kernel": {"course (attention auto)": {}, "sdpa attention": {"attention": "sdpa"}},
 }
 
 
@@ -41,13 +43,16 @@ def main() -> None:
     parser.add_argument("--dataset")
     parser.add_argument("--probes")
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--levers", choices=LEVER_SETS, default="dropout", help="which levers to set side by side")
     parser.add_argument("--name", help="results file suffix (default: the profile)")
     args = parser.parse_args()
     overrides = {k: getattr(args, k) for k in ("model", "dataset") if getattr(args, k)}
     settings = get_settings(args.profile, progress=False, output_dir=f"outputs/levers_{args.profile}", **overrides)
     probes_file = args.probes or default_probes(settings)
     started = time.perf_counter()
-    rows = compare_options(settings, LEVERS, seeds=args.seeds, probes=load_probes(probes_file) if probes_file else None)
+    rows = compare_options(
+        settings, LEVER_SETS[args.levers], seeds=args.seeds, probes=load_probes(probes_file) if probes_file else None
+    )
     machine = {
         "cpu": platform.machine(),
         "cores": os.cpu_count(),

@@ -14,8 +14,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .common import PRECISIONS, resolve_precision
+from .common import PRECISIONS, device_kind, resolve_precision
 from .profiles import (
+    ATTENTIONS,
     AUTO_SETTINGS,
     BOOKS_DATASET,
     HEAD_AUTO,
@@ -97,8 +98,13 @@ class Settings:
             fused kernel instead of building every head's attention matrix and dropout mask: a bert-base step
             at 16 x 512 in bf16 13.9 s and 7.6 GB against 21.0 s and 21.2 GB, a MiniLM one at 16 x 128 0.91 s
             against 1.05 s; at rows of about 50 tokens in bf16 the fused kernel is the slower one (MiniLM
-            0.43 s against 0.40 s). Held-out top-1 stays within the seeds' spread
-            (benchmarks/results/levers.md); the original recipe keeps it on.
+            0.43 s against 0.40 s; ``attention`` picks eager there, faster than both). Held-out top-1 stays
+            within the seeds' spread (benchmarks/results/levers.md); the original recipe keeps it on.
+        attention: the attention kernel, transformers' ``attn_implementation``: ``"sdpa"`` (PyTorch's
+            ``scaled_dot_product_attention``, fused where it can be), ``"eager"`` (BERT's own matrix
+            products and softmax: the same function, tests/test_levers.py) or ``"auto"``
+            (:func:`resolve_attention`: eager on a CPU in bf16 with ``max_length`` <= 128, else transformers'
+            choice, sdpa for BERT). ``prepare`` sets it to the kernel the model was built with.
         checkpoint_every: optimiser steps between checkpoints (``0``: only at epoch ends).
         progress: show ``tqdm`` progress bars.
         top_k: candidates per mask shown by fill-mask.
@@ -139,6 +145,7 @@ class Settings:
     group_by_length: bool = True
     masked_positions_only: bool = True
     attention_dropout: bool = False
+    attention: str = "auto"
     checkpoint_every: int = 200
     progress: bool = True
     top_k: int = 5
@@ -181,7 +188,7 @@ NOT_NEGATIVE += ("early_stopping_patience", "time_budget_minutes")
 def _ranges(s: Settings) -> list[tuple[str, str, bool]]:
     """``(setting, the range it must be in, whether it is)`` for every checked setting, in order."""
     choices = {"recipe": RECIPES, "schedule": SCHEDULES, "padding": PADDINGS, "precision": PRECISIONS}
-    choices |= {"masking": MASKING_STRATEGIES, "profile": PROFILES}
+    choices |= {"masking": MASKING_STRATEGIES, "profile": PROFILES, "attention": ATTENTIONS}
     rules = [
         ("mlm_probability", "in (0, 1)", 0.0 < s.mlm_probability < 1.0),
         ("validation_fraction", "in [0, 1)", 0.0 <= s.validation_fraction < 1.0),
@@ -295,6 +302,7 @@ def resolve_auto(settings: Settings, head_newly_initialised: bool, model: str | 
 
     Unset (``None`` / ``"auto"``) rates, schedules and epochs follow the model, whatever the profile
     (:func:`auto_defaults`); ``precision="auto"`` becomes the device's (``common.resolve_precision``).
+    ``attention`` is settled by :func:`resolve_attention` before the model is built (``prepare``).
     Explicit values are kept.
 
     Args:
@@ -305,6 +313,25 @@ def resolve_auto(settings: Settings, head_newly_initialised: bool, model: str | 
     defaults = auto_defaults(model or settings.model, head_newly_initialised)
     unset = {name: defaults[name] for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")}
     return dataclasses.replace(settings, **unset, precision=resolve_precision(settings.precision))
+
+
+def resolve_attention(settings: Settings, device_type: str | None = None) -> str | None:
+    """The ``attn_implementation`` to build the model with: ``settings.attention``, with ``auto`` settled.
+
+    ``auto`` is ``eager`` on a CPU that trains in bf16 with rows of at most 128 tokens, else None:
+    transformers' own choice (``sdpa`` where the model has it, as BERT does; else ``eager``).
+    ``prepare`` loads the model with it and reports the kernel the model was built with.
+    Measured on 2 cores of an AMD EPYC with bf16 (benchmarks/results/attention_kernel*.md), a MiniLM-L6
+    step took 0.79-0.84 of SDPA's time at 16 x 50 to 16 x 128 tokens, but 1.17 at 16 x 512 and 1.07 in
+    fp32; bert-base in bf16 at 16 x 128 0.95. On a GPU SDPA's fused kernels are the fast ones.
+
+    Args:
+        device_type: ``"cuda"``, ``"mps"`` or ``"cpu"``; default ``common.device_kind()``.
+    """
+    if settings.attention != "auto":
+        return settings.attention
+    bf16_cpu = (device_type or device_kind()) == "cpu" and resolve_precision(settings.precision, "cpu") == "bf16"
+    return "eager" if bf16_cpu and settings.max_length <= 128 else None
 
 
 def auto_defaults(model: str, head_newly_initialised: bool) -> dict[str, Any]:

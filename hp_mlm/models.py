@@ -142,7 +142,11 @@ def _load_tokenizer(name: str, cached_only: bool) -> PreTrainedTokenizerBase:
 
 
 def load_model(
-    name: str, tokenizer: PreTrainedTokenizerBase | None = None, seed: int = 0, attention_dropout: bool = True
+    name: str,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    seed: int = 0,
+    attention_dropout: bool = True,
+    attention: str | None = None,
 ) -> LoadedModel:
     """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
 
@@ -156,6 +160,9 @@ def load_model(
     ``attention_dropout=False`` sets the config's dropout on attention weights (BERT's
     ``attention_probs_dropout_prob``, DistilBERT's ``attention_dropout``) to 0 before the model is built: only
     training changes (the weights and evaluation are the same; a model saved from it keeps the 0 in its config).
+    ``attention`` is transformers' ``attn_implementation`` (``"sdpa"`` or ``"eager"``: the same function,
+    computed by other kernels; ``config.resolve_attention`` chooses), set when the model is built; None:
+    transformers' choice (sdpa where the model has it).
     A Hub id comes from the Hub, or from the Hugging Face cache alone in offline mode
     (``HF_HUB_OFFLINE=1``) or when the Hub does not answer.
 
@@ -170,7 +177,8 @@ def load_model(
     off = {} if attention_dropout else {"attention_probs_dropout_prob": 0.0, "attention_dropout": 0.0}
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
-        return LoadedModel(build_smoke_model(tok, **off), tok, True, ("<all: random smoke BERT>",), name)
+        smoke = build_smoke_model(tok, attn_implementation=attention, **off)
+        return LoadedModel(smoke, tok, True, ("<all: random smoke BERT>",), name)
     label, name = name, offline_model_path() if name in (OFFLINE_MODEL, RANDOM_HEAD_MODEL) else name
     cached_only = _check_source(name, "model")
     tok = tokenizer or _load_tokenizer(name, cached_only)
@@ -179,8 +187,9 @@ def load_model(
             torch.manual_seed(seed)
             hub = dict(local_files_only=cached_only)
             config = AutoConfig.from_pretrained(name, **hub, **off)  # a key the config lacks is left out
-            model, info = AutoModelForMaskedLM.from_pretrained(  # float32: AdamW needs fp32 weights to move
-                name, config=config, use_safetensors=True, output_loading_info=True, dtype=torch.float32, **hub
+            built = dict(dtype=torch.float32, attn_implementation=attention)  # fp32: AdamW needs fp32 weights
+            model, info = AutoModelForMaskedLM.from_pretrained(
+                name, config=config, use_safetensors=True, output_loading_info=True, **built, **hub
             )
     except OSError as error:
         if is_local(name):

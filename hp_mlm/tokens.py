@@ -379,13 +379,6 @@ def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase
     return torch.cummax(torch.where(cont, torch.zeros_like(positions), positions), dim=1).values
 
 
-def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
-    """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
-    cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
-    next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
-    return cont | next_cont
-
-
 def require_word_pieces(tokenizer: PreTrainedTokenizerBase, strategy: str) -> None:
     """Raise ValueError when ``strategy`` masks whole words and the vocabulary marks no word pieces
     (no ``##`` entries: not a WordPiece vocabulary such as BERT's), where it would silently become

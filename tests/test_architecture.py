@@ -47,13 +47,12 @@ LAYERS = [
     {
         "ops.job",
         "studies.options",
-        "studies.library",
         "course.exercises",
         "course.model_exercises",
         "ops.doctor",
         "course.widget",
     },
-    {"ops.flags"},
+    {"studies.library", "ops.flags"},  # notebook 06's study trains its options' rows (studies.options.training_tokens)
     {"ops.cli"},
     {"__main__"},
 ]
@@ -71,8 +70,8 @@ BUDGETS = {
     ("masking.mask_tokens",): 80,
 }
 #: At most this many core modules and code lines in all. The issue asked 2,000 lines; ARCHITECTURE.md
-#: says what the 2,258 are (nearly all of them reached from what notebooks 00-04 call).
-CORE_MODULES, CORE_LINES = 16, 2258
+#: says what the 2,255 are (nearly all of them reached from what notebooks 00-04 call).
+CORE_MODULES, CORE_LINES = 16, 2255
 
 
 def package_sources() -> dict[str, str]:

@@ -364,12 +364,17 @@ def test_precision_auto_on_the_command_line_is_the_setting_auto_not_unset(tmp_pa
     ]
 
 
-def test_the_log_the_metrics_and_the_card_say_attention_dropout_was_off(smoke_run):
+def test_the_log_the_metrics_and_the_card_say_attention_dropout_was_off_and_which_kernel(smoke_run):
     out, metrics = smoke_run
-    assert any(line.startswith("training on ") and line.endswith("attention dropout off") for line in SMOKE_LOG)
+    kernel = metrics["settings"]["attention"]
+    assert kernel in ("eager", "sdpa")  # settled from auto for this machine, never "auto"
+    assert any(
+        line.startswith("training on ") and line.endswith(f"attention dropout off, {kernel} attention")
+        for line in SMOKE_LOG
+    )
     assert metrics["settings"]["attention_dropout"] is False
     card = (out / "model" / "README.md").read_text(encoding="utf-8")
-    assert "attention_dropout" in card
+    assert "attention_dropout" in card and f"| `attention` | `{kernel}` |" in card
 
 
 def test_attention_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):

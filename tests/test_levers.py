@@ -1,4 +1,5 @@
-"""The speed lever the course keeps: attention dropout off while training (``attention_dropout``).
+"""The speed levers the course keeps: attention dropout off while training (``attention_dropout``), and
+the attention kernel chosen for the machine (``attention``: eager on a CPU in bf16 at short rows).
 
 It must change only the dropout on attention weights: the same weights, the same evaluation, dropout
 on the hidden states still on; the original recipe keeps the model's attention dropout; the log, the
@@ -7,9 +8,10 @@ command line and the card say which was used.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from hp_mlm.config import get_settings
+from hp_mlm.config import get_settings, resolve_attention
 from hp_mlm.models import build_smoke_tokenizer, load_model
 from hp_mlm.profiles import SMOKE_MODEL
 
@@ -75,13 +77,12 @@ def test_eager_and_sdpa_attention_train_the_same_function():
     """``benchmarks/attention_kernel.py`` compares the two kernels on speed alone: without attention dropout
     they give the same logits and the same gradients (a padded batch, so the attention mask counts)."""
     tok = build_smoke_tokenizer()
-    model = load_model(SMOKE_MODEL, tok, attention_dropout=False).model.eval()  # eval: hidden dropout off too
     batch = tok(["the ferry crossed the silver lake", "at dawn"], padding=True, return_tensors="pt")
     assert batch["attention_mask"].min() == 0  # the second row is padded
     results = {}
-    for kernel in ("sdpa", "eager"):
-        model.config._attn_implementation = kernel
-        model.zero_grad()
+    for kernel in ("sdpa", "eager"):  # chosen as the model is built, as prepare does (settings.attention)
+        model = load_model(SMOKE_MODEL, tok, attention_dropout=False, attention=kernel).model.eval()  # eval: no dropout
+        assert model.config._attn_implementation == kernel
         logits = model(**batch).logits
         logits[batch["attention_mask"].bool()].square().mean().backward()
         results[kernel] = logits.detach(), [p.grad.clone() for p in model.parameters() if p.grad is not None]
@@ -91,3 +92,55 @@ def test_eager_and_sdpa_attention_train_the_same_function():
     assert len(eager_grads) == len(sdpa_grads) > 0
     for a, b in zip(eager_grads, sdpa_grads, strict=True):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("changes", "device", "expected"),
+    [
+        ({"precision": "bf16", "max_length": 128}, "cpu", "eager"),  # measured faster (attention_kernel*.md)
+        ({"precision": "bf16", "max_length": 512}, "cpu", None),  # eager slower at 16 x 512: transformers' choice
+        ({"precision": "fp32", "max_length": 128}, "cpu", None),  # eager not faster in fp32
+        ({"precision": "auto", "max_length": 128}, "cuda", None),  # a GPU's fused kernels
+        ({"precision": "bf16", "max_length": 64, "attention": "sdpa"}, "cpu", "sdpa"),  # an explicit choice is kept
+        ({"precision": "fp32", "max_length": 512, "attention": "eager"}, "cuda", "eager"),
+    ],
+)
+def test_attention_auto_is_eager_only_on_a_cpu_in_bf16_at_short_rows(changes, device, expected, monkeypatch):
+    monkeypatch.setattr("hp_mlm.common.cpu_has_native_bf16", lambda: True)  # bf16 asked for must not warn here
+    assert get_settings("smoke").attention == "auto"
+    assert resolve_attention(get_settings("smoke", **changes), device) == expected
+
+
+def test_auto_follows_the_machines_precision_and_a_bad_kernel_is_refused(monkeypatch):
+    settings = get_settings("smoke", max_length=128)
+    monkeypatch.setattr("hp_mlm.common.cpu_has_native_bf16", lambda: False)  # auto precision is fp32 here
+    assert resolve_attention(settings, "cpu") is None
+    monkeypatch.setattr("hp_mlm.common.cpu_has_native_bf16", lambda: True)
+    assert resolve_attention(settings, "cpu") == "eager"
+    with pytest.raises(ValueError, match=r"`attention` \(HP_MLM_ATTENTION\) must be one of"):
+        get_settings("smoke", attention="flash")
+
+
+def test_prepare_builds_the_model_with_the_kernel_it_reports(monkeypatch):
+    from hp_mlm.prepare import prepare
+
+    monkeypatch.setattr("hp_mlm.config.device_kind", lambda: "cpu")
+    monkeypatch.setattr("hp_mlm.common.cpu_has_native_bf16", lambda: True)
+    for precision, kernel in (("bf16", "eager"), ("fp32", "sdpa")):  # fp32: transformers' choice for BERT
+        prep = prepare(get_settings("smoke", precision=precision, progress=False, max_validation_rows=8))
+        assert prep.settings.attention == kernel
+        assert prep.loaded.model.config._attn_implementation == kernel
+
+
+def test_a_model_without_sdpa_still_loads_where_auto_leaves_the_choice_to_transformers(tmp_path):
+    """MPNet has no SDPA kernel in transformers: ``auto`` off a bf16 CPU (None) must not ask for one."""
+    from transformers import MPNetConfig, MPNetForMaskedLM
+
+    tok = build_smoke_tokenizer()
+    config = MPNetConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                         intermediate_size=64, pad_token_id=tok.pad_token_id)  # fmt: skip
+    MPNetForMaskedLM(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    kernel = resolve_attention(get_settings("smoke", precision="fp32"), "cpu")
+    assert kernel is None
+    assert load_model(str(tmp_path), attention=kernel).model.config._attn_implementation == "eager"

@@ -8,7 +8,8 @@ import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
 from hp_mlm.inference import fill_mask
-from hp_mlm.scoring import l2r_inputs, log_probs_at, original_pll, predict_words, score_words, word_pieces
+from hp_mlm.scoring import l2r_inputs, log_probs_at, predict_words, score_words, word_pieces
+from hp_mlm.studies.probes import original_pll
 
 TEXT = "Mira [MASK] crossed the Silver Lake at dawn."
 

@@ -30,8 +30,8 @@ CARD = "README.md"
 SETTINGS_SHOWN = (
     "model", "dataset", "split", "profile", "recipe", "epochs", "batch_size", "gradient_accumulation_steps",
     "learning_rate", "schedule", "warmup_fraction", "weight_decay", "max_grad_norm", "mlm_probability", "masking",
-    "max_length", "padding", "precision", "attention_dropout", "validation_fraction", "early_stopping_patience", "time_budget_minutes",
-    "seed",
+    "max_length", "padding", "precision", "attention_dropout", "attention", "validation_fraction",
+    "early_stopping_patience", "time_budget_minutes", "seed",
 )  # fmt: skip
 HELD_OUT = ("top1", "top5", "perplexity", "cross_entropy", "n_positions", "n_rows")
 #: The course's code is under the MIT licence (LICENSE); the card's ``license`` is that one.

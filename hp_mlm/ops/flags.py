@@ -14,7 +14,7 @@ from typing import Any
 
 from hp_mlm.common import PRECISIONS
 from hp_mlm.config import Settings, get_settings
-from hp_mlm.profiles import MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES
+from hp_mlm.profiles import ATTENTIONS, MASKING_STRATEGIES, PADDINGS, PROFILES, RECIPES, SCHEDULES
 
 #: What each setting does, as ``--help`` shows it (argparse formats help with %, so a % is written %%).
 SETTING_HELP = {
@@ -56,6 +56,8 @@ SETTING_HELP = {
     "group_by_length": "batch rows of similar length together (less padding)",
     "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
     "attention_dropout": "keep the model's dropout on attention weights while training (off: CPU's fused attention)",
+    "attention": "attention kernel: sdpa (PyTorch's fused attention), eager (BERT's own, the same function) or auto: "
+    "eager on a CPU in bf16 with max length <= 128, where it was faster, else transformers' choice (sdpa for BERT)",
     "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",
     "progress": "progress bars (--no-progress for logs and CI)",
     "trained_model": "a fine-tuned model handed out to the room: the .zip (or its folder) made by "
@@ -111,6 +113,7 @@ def _add_setting_flags(
             "precision": PRECISIONS,
             "schedule": SCHEDULES,
             "padding": PADDINGS,
+            "attention": ATTENTIONS,
         }.get(f.name)
         parser.add_argument(flag, dest=f.name, type=kind, default=None, choices=choices, help=text)
     parser.add_argument(

@@ -74,7 +74,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "scoring.mask_place",
         "scoring.length_limit",
         "scoring.score_words",
-        "scoring.original_pll",
+        "studies.probes.original_pll",
         "scoring.predict_words",
         "inference._checked_sentences",
         "ops.cli._cmd_predict",

@@ -26,12 +26,19 @@ from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX, freeze_masks
-from hp_mlm.tokens import continuation_table, in_multi_piece_word, word_start_index
+from hp_mlm.tokens import continuation_table, word_start_index
 
 #: Kinds of scored token (see :meth:`ByKind.kinds`).
 KINDS = ("entity", "other_word", "whole_word", "word_piece")
 #: Kinds of scored word (see :class:`ByWord`): one piece, or several.
 WORD_KINDS = ("one_piece", "multi_piece")
+
+
+def in_multi_piece_word(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
+    """BoolTensor[batch, seq_len]: True for positions inside a word of two or more pieces."""
+    cont = continuation_table(tokenizer)[input_ids.clamp(0, len(tokenizer) - 1)]
+    next_cont = torch.cat([cont[:, 1:], torch.zeros_like(cont[:, :1])], dim=1)  # is the next piece a ``##``?
+    return cont | next_cont
 
 
 def _original(batch: dict[str, torch.Tensor]) -> torch.Tensor:

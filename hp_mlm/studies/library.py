@@ -24,7 +24,8 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
-from hp_mlm.prepare import prepare, training_tokens
+from hp_mlm.prepare import prepare
+from hp_mlm.studies.options import training_tokens
 from hp_mlm.tokens import grouped
 from hp_mlm.training import optimizer_steps, plan_training, train
 
@@ -213,9 +214,10 @@ def side_by_side(
             run = base.replace(seed=base.seed + k, padding="pack" if way == "pack" else "batch")
             run = run.replace(epochs=(epochs or {}).get(way, run.epochs))
             started = time.perf_counter()
-            model = load_model(base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout).model.to(
-                prep.loaded.model.device
+            loaded = load_model(
+                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout, attention=run.attention
             )
+            model = loaded.model.to(prep.loaded.model.device)
             fit = train_with_trainer if way == "trainer" else train_course
             # both loops keep freed CPU memory for the next step, as the main job does (allocator.py),
             # so that the race measures the loops, not the allocator

@@ -13,12 +13,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from datasets import Dataset
+
 from hp_mlm.callbacks import Validate
 from hp_mlm.config import Settings
 from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
-from hp_mlm.prepare import prepare, training_tokens
+from hp_mlm.prepare import Prepared, packed_rows, prepare
 from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
 from hp_mlm.studies.probes import candidate_rank
 from hp_mlm.training import plan_training, train
@@ -34,6 +36,14 @@ DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     "entity masking": {"masking": "entity"},
     "original recipe": {"recipe": "original"},
 }
+
+
+def training_tokens(prep: Prepared, settings: Settings) -> Dataset:
+    """The tokenised rows a run with ``settings`` trains on: ``prep.train_tokens``, or, when
+    ``settings.padding`` is ``"pack"`` and ``prep`` was prepared unpacked, its training rows packed."""
+    if settings.padding != "pack" or prep.settings.padding == "pack":
+        return prep.train_tokens
+    return packed_rows(prep.train_rows, prep.loaded.tokenizer, settings, prep.entities)
 
 
 def compare_options(
@@ -96,9 +106,9 @@ def compare_options(
     for name, changes in options.items():
         for k in range(seeds):
             run = base.replace(seed=base.seed + k, **changes)
-            model = load_model(
-                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout
-            ).model  # the same start for every option
+            model = load_model(  # the same start for every option
+                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout, attention=run.attention
+            ).model
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option

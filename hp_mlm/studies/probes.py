@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.config import Settings
 from hp_mlm.inference import fill_mask
 from hp_mlm.profiles import PACKAGE_PROBES
-from hp_mlm.scoring import predict_words, score_words
+from hp_mlm.scoring import length_limit, log_probs_at, mask_place, predict_words, score_words, word_pieces
 
 KINDS = ("one_piece", "multi_piece")
 
@@ -178,3 +179,25 @@ def default_probes(settings: Settings) -> Path | None:
 
         return Path(str(resources.files("hp_mlm") / "corpora" / PACKAGE_PROBES[settings.dataset]))
     return None
+
+
+def original_pll(
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, text: str, word: str, mask_index: int = 0
+) -> float:
+    """The original PLL of ``word`` at the place the ``mask_index``-th mask marks (Salazar et al. 2020):
+    each piece masked alone, the word's other pieces visible, the log-probabilities summed (nats).
+    Notebook 04 shows it beside ``scoring.score_words`` because it over-rates long words: ``##mi`` is easy
+    once ``her`` and ``##one`` show.
+
+    Raises:
+        ValueError: a bad word (see ``scoring.word_pieces``); no mask, or ``mask_index`` beyond the masks; a
+            sentence longer than the model's positions once the word is in.
+    """
+    ids, position = mask_place(text, tokenizer, mask_index)
+    piece_ids = tokenizer.convert_tokens_to_ids(word_pieces(word, tokenizer))
+    full, mask, k = ids[:position] + piece_ids + ids[position + 1 :], tokenizer.mask_token_id, len(piece_ids)
+    if len(full) > (limit := length_limit(model, tokenizer)):
+        raise ValueError(f"the sentence with {word!r} is {len(full)} tokens, over the model's {limit}; shorten it")
+    rows = [full[: position + i] + [mask] + full[position + i + 1 :] for i in range(k)]
+    log_probs = log_probs_at(model, tokenizer, rows, [position + i for i in range(k)])
+    return sum(log_probs[torch.arange(k), torch.tensor(piece_ids)].tolist())
