@@ -145,9 +145,7 @@ def main() -> None:
     parser.add_argument("--padded", type=float, default=0.0, help="share of every other row that is padding")
     parser.add_argument("--name", default="attention_kernel", help="results file name (without .json/.md)")
     args = parser.parse_args()
-    import torch
-
-    from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
+    from hp_mlm.common import cpu_has_native_bf16
 
     rows, started = [], time.perf_counter()
     for config in args.configs:
@@ -157,6 +155,16 @@ def main() -> None:
             continue
         rows.append(interleaved(model_name, int(length), precision, args.rounds, padded=args.padded))
         print(json.dumps(rows[-1]), flush=True)
+    print(save("attention_kernel.py", args.name, rows, started, report))
+
+
+def save(script: str, name: str, rows: list[dict], started: float, report) -> str:
+    """Write ``rows`` with the machine's facts to results/<name>.json and ``report(machine, rows)`` to
+    results/<name>.md (the interleaved benchmarks: this one and ``dropout_step.py``); return the text."""
+    import torch
+
+    from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
+
     machine = {
         "cpu": platform.machine(),
         "cores": os.cpu_count(),
@@ -165,12 +173,12 @@ def main() -> None:
         "torch": torch.__version__,
         "loadavg_end": list(os.getloadavg()),
         "seconds": round(time.perf_counter() - started, 1),
-        "command": " ".join(["python benchmarks/attention_kernel.py", *sys.argv[1:]]),
+        "command": " ".join([f"python benchmarks/{script}", *sys.argv[1:]]),
     }
-    atomic_write_text(RESULTS / f"{args.name}.json", json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
+    atomic_write_text(RESULTS / f"{name}.json", json.dumps({"machine": machine, "rows": rows}, indent=1) + "\n")
     text = report(machine, rows)
-    atomic_write_text(RESULTS / f"{args.name}.md", text)
-    print(text)
+    atomic_write_text(RESULTS / f"{name}.md", text)
+    return text
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ apart, on a quiet machine, by ``benchmarks/ceiling.py``; the seconds here are wh
 
     python benchmarks/levers_quality.py --profile offline
     python benchmarks/levers_quality.py --profile offline --levers kernel --name offline_kernel
+    python benchmarks/levers_quality.py --profile offline --levers hidden --name offline_hidden
     python benchmarks/levers_quality.py --profile quick --model hp_mlm:minilm-l6 \\
         --dataset ../shared/data/oz/oz_mlm.parquet --probes ../shared/data/oz/probes.jsonl --name quick_oz
 
@@ -33,6 +34,8 @@ LEVER_SETS = {
     "dropout": {"course (attention dropout off)": {}, "attention dropout on": {"attention_dropout": True}},
     # the course's attention="auto" (eager on a CPU in bf16 at max_length <= 128) against SDPA, all else equal
     "kernel": {"course (attention auto)": {}, "sdpa attention": {"attention": "sdpa"}},
+    # dropout on hidden states (BERT's hidden_dropout_prob, 0.1) off (the course's since levers.md) against on
+    "hidden": {"course (hidden dropout off)": {}, "hidden dropout on": {"hidden_dropout": True}},
 }
 
 

@@ -38,14 +38,9 @@ class Validate(Callback):
         record["validation"] = result = self.evaluate_fn(model)
         if not self.patience:
             return False
-        if self.best is None or result["cross_entropy"] < self.best["cross_entropy"]:
+        if self.best is None or result["cross_entropy"] < self.best["validation"]["cross_entropy"]:
             state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            self.best = {
-                "epoch": record["epoch"],
-                "cross_entropy": result["cross_entropy"],
-                "validation": result,
-                "state": state,
-            }
+            self.best = {"epoch": record["epoch"], "validation": result, "state": state}
             return False
         return record["epoch"] - self.best["epoch"] >= self.patience
 
@@ -57,7 +52,7 @@ class Validate(Callback):
             model.load_state_dict(self.best["state"])
         history["early_stopping"] = {
             "best_epoch": self.best["epoch"],
-            "best_cross_entropy": self.best["cross_entropy"],
+            "best_cross_entropy": self.best["validation"]["cross_entropy"],
             "stopped_after_epoch": last["epoch"],
         }
         history["final_validation"] = self.best["validation"]

@@ -147,6 +147,7 @@ def load_model(
     seed: int = 0,
     attention_dropout: bool = True,
     attention: str | None = None,
+    hidden_dropout: bool = True,
 ) -> LoadedModel:
     """Load a masked-LM and its tokenizer: a Hub id, a local model folder, or ``SMOKE_MODEL``.
 
@@ -160,6 +161,8 @@ def load_model(
     ``attention_dropout=False`` sets the config's dropout on attention weights (BERT's
     ``attention_probs_dropout_prob``, DistilBERT's ``attention_dropout``) to 0 before the model is built: only
     training changes (the weights and evaluation are the same; a model saved from it keeps the 0 in its config).
+    ``hidden_dropout=False`` does the same for the dropout on hidden states (BERT's ``hidden_dropout_prob``,
+    after the embeddings, each attention output and each feed-forward block; DistilBERT's ``dropout``).
     ``attention`` is transformers' ``attn_implementation`` (``"sdpa"`` or ``"eager"``: the same function,
     computed by other kernels; ``config.resolve_attention`` chooses), set when the model is built; None:
     transformers' choice (sdpa where the model has it).
@@ -171,10 +174,12 @@ def load_model(
         HubUnavailableError: a Hub id while the Hub cannot be reached (or offline mode is set) and
             the model is not (or only partly) in the local cache; names the id and says what to do.
         OSError / ValueError: from transformers, for a folder that holds no usable model.
-        ValueError: the tokenizer has more tokens than the model has embedding rows.
+        ValueError: the tokenizer has more tokens than the model has embedding rows, or ``attention`` names a
+            kernel transformers does not have for this model (e.g. ``"sdpa"`` for MPNet).
     """
-    # the config field of the dropout on attention weights: BERT's, RoBERTa's and ELECTRA's; DistilBERT's
+    # the config fields of dropout on attention weights, then on hidden states: BERT's (RoBERTa's...); DistilBERT's
     off = {} if attention_dropout else {"attention_probs_dropout_prob": 0.0, "attention_dropout": 0.0}
+    off |= {} if hidden_dropout else {"hidden_dropout_prob": 0.0, "dropout": 0.0}
     if name == SMOKE_MODEL:
         tok = tokenizer or build_smoke_tokenizer()
         smoke = build_smoke_model(tok, attn_implementation=attention, **off)
@@ -195,6 +200,10 @@ def load_model(
         if is_local(name):
             raise
         raise (cache_error if cached_only else hub_error)(name, "model", error) from error
+    except ValueError as error:  # a kernel the model lacks (MPNet has no sdpa): name the setting, not the API
+        if attention and "attention implementation" in str(error):
+            raise ValueError(f"`attention` {attention!r}: {label} has no such kernel; use eager or auto") from error
+        raise
     missing = tuple(sorted(info.get("missing_keys", ())))
     head_prefixes = ("cls.", "lm_head.", "vocab_", "predictions.")
     head_new = any(k.startswith(head_prefixes) or ".predictions." in k for k in missing)

@@ -15,7 +15,7 @@ import datasets
 from datasets import Dataset
 
 from .common import resolve_precision, run_device
-from .config import Settings, resolve_attention, resolve_auto
+from .config import Settings, model_options, resolve_auto
 from .data import CorpusReport, find_entities, load_corpus, train_validation_split
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
@@ -113,8 +113,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
     # max_length is checked against the model once both are known.
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
-    dropout, attention = settings.attention_dropout, resolve_attention(settings)  # the kernel is fixed at build
-    loaded = load_model(model or settings.model, seed=settings.seed, attention_dropout=dropout, attention=attention)
+    loaded = load_model(model or settings.model, seed=settings.seed, **model_options(settings))
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     train_rows, validation_rows = train_validation_split(

@@ -81,6 +81,7 @@ ORIGINAL_RECIPE: dict[str, Any] = {
     "group_by_length": False,
     "masked_positions_only": False,
     "attention_dropout": True,
+    "hidden_dropout": True,
     "precision": "fp32",
 }
 #: The settings a run may leave on ``auto`` for the model to settle (``config.resolve_auto``), by this table's keys.

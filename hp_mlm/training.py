@@ -43,7 +43,7 @@ from .common import (
     mlm_logits,
     out_of_memory_in,
 )
-from .config import Settings
+from .config import AUTO_SETTINGS, Settings
 from .masking import IGNORE_INDEX, MaskingCollator, freeze_masks, original_batches
 from .tokens import as_rows, grouped, pad_batch, plan_batches
 
@@ -275,10 +275,7 @@ class TrainingPlan:
 def check_resolved(settings: Settings) -> None:
     """Raise ValueError when a setting left on ``auto`` reaches training (``config.resolve_auto``
     settles it for a model; ``prepare.prepare`` calls it)."""
-    values = {"learning_rate": settings.learning_rate, "schedule": settings.schedule, "epochs": settings.epochs}
-    unresolved = [
-        name for name, value in {**values, "precision": settings.precision}.items() if value in (None, "auto")
-    ]
+    unresolved = [name for name in (*AUTO_SETTINGS, "precision") if getattr(settings, name) in (None, "auto")]
     if unresolved:
         raise ValueError(
             f"{', '.join(unresolved)} still 'auto': use prepare(settings).settings, or settle them for the model "

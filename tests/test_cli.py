@@ -364,17 +364,17 @@ def test_precision_auto_on_the_command_line_is_the_setting_auto_not_unset(tmp_pa
     ]
 
 
-def test_the_log_the_metrics_and_the_card_say_attention_dropout_was_off_and_which_kernel(smoke_run):
+def test_the_log_the_metrics_and_the_card_say_which_dropout_and_which_kernel(smoke_run):
     out, metrics = smoke_run
-    kernel = metrics["settings"]["attention"]
+    kernel, hidden = metrics["settings"]["attention"], metrics["settings"]["hidden_dropout"]
     assert kernel in ("eager", "sdpa")  # settled from auto for this machine, never "auto"
-    assert any(
-        line.startswith("training on ") and line.endswith(f"attention dropout off, {kernel} attention")
-        for line in SMOKE_LOG
-    )
+    assert hidden is get_settings("smoke").hidden_dropout
+    said = f"attention dropout off, hidden dropout {'on' if hidden else 'off'}, {kernel} attention"
+    assert any(line.startswith("training on ") and line.endswith(said) for line in SMOKE_LOG)
     assert metrics["settings"]["attention_dropout"] is False
     card = (out / "model" / "README.md").read_text(encoding="utf-8")
     assert "attention_dropout" in card and f"| `attention` | `{kernel}` |" in card
+    assert f"| `hidden_dropout` | {hidden} |" in card
 
 
 def test_attention_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
@@ -388,3 +388,12 @@ def test_attention_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
     ):
         assert main([*argv, *extra]) == 1  # the stand-in's Stop: the settings were accepted
     assert [s.attention_dropout for s in seen] == [False, True, True, False]
+
+
+def test_hidden_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
+    seen = settings_seen(monkeypatch)
+    argv = ["train", "--profile", "smoke", "--output-dir", str(tmp_path)]
+    for extra in ([], ["--hidden-dropout"], ["--no-hidden-dropout"], ["--recipe", "original"]):
+        assert main([*argv, *extra]) == 1  # the stand-in's Stop: the settings were accepted
+    course = get_settings("smoke").hidden_dropout
+    assert [s.hidden_dropout for s in seen] == [course, True, False, True]  # the original keeps BERT's dropout

@@ -1,9 +1,9 @@
-"""The speed levers the course keeps: attention dropout off while training (``attention_dropout``), and
-the attention kernel chosen for the machine (``attention``: eager on a CPU in bf16 at short rows).
+"""The speed levers the course keeps: attention dropout off while training (``attention_dropout``), hidden-state
+dropout off (``hidden_dropout``), and the attention kernel chosen for the machine (``attention``: eager on a CPU in
+bf16 at short rows).
 
-It must change only the dropout on attention weights: the same weights, the same evaluation, dropout
-on the hidden states still on; the original recipe keeps the model's attention dropout; the log, the
-command line and the card say which was used.
+Each dropout setting must change only its own dropout: the same weights, the same evaluation; the original recipe
+keeps the model's dropout; the log, the command line and the card say which was used.
 """
 
 from __future__ import annotations
@@ -26,13 +26,14 @@ def train_mode_outputs(model, input_ids, hidden_dropout: bool) -> list[torch.Ten
     return [model(input_ids=input_ids).logits for _ in range(2)]
 
 
-def test_the_course_trains_without_attention_dropout_and_the_original_recipe_with_it():
-    assert get_settings("smoke").attention_dropout is False
-    assert get_settings("offline").attention_dropout is False
-    assert get_settings("smoke", recipe="original").attention_dropout is True
-    assert get_settings("smoke", recipe="original", attention_dropout=False).attention_dropout is False
-    env = {"HP_MLM_ATTENTION_DROPOUT": "yes"}
-    assert get_settings("smoke", environ=env).attention_dropout is True
+@pytest.mark.parametrize("dropout", ["attention_dropout", "hidden_dropout"])
+def test_the_course_trains_without_dropout_and_the_original_recipe_with_it(dropout):
+    assert getattr(get_settings("smoke"), dropout) is False
+    assert getattr(get_settings("offline"), dropout) is False
+    assert getattr(get_settings("smoke", recipe="original"), dropout) is True
+    assert getattr(get_settings("smoke", recipe="original", **{dropout: False}), dropout) is False
+    env = {f"HP_MLM_{dropout.upper()}": "yes"}
+    assert getattr(get_settings("smoke", environ=env), dropout) is True
 
 
 def test_off_turns_off_only_the_dropout_on_attention_weights():
@@ -144,3 +145,58 @@ def test_a_model_without_sdpa_still_loads_where_auto_leaves_the_choice_to_transf
     kernel = resolve_attention(get_settings("smoke", precision="fp32"), "cpu")
     assert kernel is None
     assert load_model(str(tmp_path), attention=kernel).model.config._attn_implementation == "eager"
+    with pytest.raises(ValueError, match=r"^`attention` 'sdpa': .* has no such kernel; use eager or auto$"):
+        load_model(str(tmp_path), attention="sdpa")  # asked for by name: one line in the course's words
+
+
+def test_hidden_dropout_off_turns_off_only_the_dropout_on_hidden_states():
+    """``hidden_dropout=False``: BERT's ``hidden_dropout_prob`` 0 (after the embeddings, each attention output and
+    each feed-forward block); the attention weights' dropout and the weights themselves as they were."""
+    tok = build_smoke_tokenizer()
+    on = load_model(SMOKE_MODEL, tok, attention_dropout=False).model
+    off = load_model(SMOKE_MODEL, tok, attention_dropout=False, hidden_dropout=False).model
+    assert on.config.hidden_dropout_prob > 0 and off.config.hidden_dropout_prob == 0.0
+    assert off.config.attention_probs_dropout_prob == on.config.attention_probs_dropout_prob == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(on.state_dict().values(), off.state_dict().values(), strict=True))
+    ids = tok(["the ferry crossed the silver lake in the fog at dawn"], return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        first, second = train_mode_outputs(off, ids, hidden_dropout=True)  # the model's own modules, untouched
+        assert torch.equal(first, second)  # nothing random is left
+        first, second = train_mode_outputs(on, ids, hidden_dropout=True)
+        assert not torch.equal(first, second)
+        both_on = load_model(SMOKE_MODEL, tok, attention_dropout=True, hidden_dropout=False).model
+        first, second = train_mode_outputs(both_on, ids, hidden_dropout=True)
+    assert both_on.config.attention_probs_dropout_prob > 0 and not torch.equal(first, second)
+
+
+def test_hidden_dropout_off_reaches_a_checkpoint_folder_and_distilberts_own_field(tmp_path):
+    """A saved folder gets the override before the model is built; DistilBERT calls the field ``dropout``."""
+    from transformers import DistilBertConfig, DistilBertForMaskedLM
+
+    tok = build_smoke_tokenizer()
+    bert = load_model(SMOKE_MODEL, tok).model
+    bert.save_pretrained(tmp_path / "bert")
+    config = DistilBertConfig(vocab_size=len(tok), dim=32, hidden_dim=64, n_layers=1, n_heads=2)
+    DistilBertForMaskedLM(config).save_pretrained(tmp_path / "distilbert")
+    for folder in ("bert", "distilbert"):
+        tok.save_pretrained(tmp_path / folder)
+    loaded = load_model(str(tmp_path / "bert"), hidden_dropout=False).model.config
+    assert loaded.hidden_dropout_prob == 0.0 and bert.config.hidden_dropout_prob > 0
+    assert load_model(str(tmp_path / "distilbert")).model.config.dropout == config.dropout > 0
+    distil = load_model(str(tmp_path / "distilbert"), hidden_dropout=False, attention_dropout=False).model
+    assert distil.config.dropout == 0.0 and distil.config.attention_dropout == 0.0
+    assert all(m.p == 0.0 for m in distil.modules() if isinstance(m, torch.nn.Dropout))
+
+
+def test_model_options_give_load_model_the_dropout_and_the_kernel_prepare_builds_with(monkeypatch):
+    from hp_mlm.config import model_options
+    from hp_mlm.prepare import prepare
+
+    monkeypatch.setattr("hp_mlm.common.cpu_has_native_bf16", lambda: True)
+    settings = get_settings("smoke", precision="bf16", hidden_dropout=False, progress=False, max_validation_rows=8)
+    assert model_options(settings) == dict(
+        attention_dropout=settings.attention_dropout, hidden_dropout=False, attention=resolve_attention(settings)
+    )
+    prep = prepare(settings)
+    assert prep.loaded.model.config.hidden_dropout_prob == 0.0 and prep.settings.hidden_dropout is False
+    assert get_settings("smoke", environ={"HP_MLM_HIDDEN_DROPOUT": "no"}).hidden_dropout is False

@@ -30,7 +30,7 @@ CARD = "README.md"
 SETTINGS_SHOWN = (
     "model", "dataset", "split", "profile", "recipe", "epochs", "batch_size", "gradient_accumulation_steps",
     "learning_rate", "schedule", "warmup_fraction", "weight_decay", "max_grad_norm", "mlm_probability", "masking",
-    "max_length", "padding", "precision", "attention_dropout", "attention", "validation_fraction",
+    "max_length", "padding", "precision", "attention_dropout", "hidden_dropout", "attention", "validation_fraction",
     "early_stopping_patience", "time_budget_minutes", "seed",
 )  # fmt: skip
 HELD_OUT = ("top1", "top5", "perplexity", "cross_entropy", "n_positions", "n_rows")

@@ -56,6 +56,8 @@ SETTING_HELP = {
     "group_by_length": "batch rows of similar length together (less padding)",
     "masked_positions_only": "run the MLM head only at the masked positions (same loss, less work)",
     "attention_dropout": "keep the model's dropout on attention weights while training (off: CPU's fused attention)",
+    "hidden_dropout": "keep the model's dropout on hidden states while training (BERT's hidden_dropout_prob; off: "
+    "fewer random draws a step)",
     "attention": "attention kernel: sdpa (PyTorch's fused attention), eager (BERT's own, the same function) or auto: "
     "eager on a CPU in bf16 with max length <= 128, where it was faster, else transformers' choice (sdpa for BERT)",
     "checkpoint_every": "optimiser steps between checkpoints (0: only at the end of each epoch)",

@@ -287,7 +287,7 @@ def log_before_training(prep: Prepared, before: dict, processes: int, log: Calla
     log(
         f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
         f"({s.schedule} schedule), {s.epochs} epoch(s), attention dropout {'on' if s.attention_dropout else 'off'}, "
-        f"{s.attention} attention"
+        f"hidden dropout {'on' if s.hidden_dropout else 'off'}, {s.attention} attention"
     )
     if s.precision == "fp16":
         log("fp16 with loss scaling: AdamW unfused, so that a step it skips is seen (not counted; the schedule waits)")

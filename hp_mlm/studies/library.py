@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from hp_mlm.common import device_kind, model_device
-from hp_mlm.config import Settings
+from hp_mlm.config import Settings, model_options
 from hp_mlm.evaluation import evaluate
 from hp_mlm.masking import IGNORE_INDEX
 from hp_mlm.models import load_model
@@ -214,9 +214,7 @@ def side_by_side(
             run = base.replace(seed=base.seed + k, padding="pack" if way == "pack" else "batch")
             run = run.replace(epochs=(epochs or {}).get(way, run.epochs))
             started = time.perf_counter()
-            loaded = load_model(
-                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout, attention=run.attention
-            )
+            loaded = load_model(base.model, tok, seed=run.seed, **model_options(run))
             model = loaded.model.to(prep.loaded.model.device)
             fit = train_with_trainer if way == "trainer" else train_course
             # both loops keep freed CPU memory for the next step, as the main job does (allocator.py),

@@ -16,7 +16,7 @@ from typing import Any
 from datasets import Dataset
 
 from hp_mlm.callbacks import Validate
-from hp_mlm.config import Settings
+from hp_mlm.config import Settings, model_options
 from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
@@ -106,9 +106,8 @@ def compare_options(
     for name, changes in options.items():
         for k in range(seeds):
             run = base.replace(seed=base.seed + k, **changes)
-            model = load_model(  # the same start for every option
-                base.model, tok, seed=run.seed, attention_dropout=run.attention_dropout, attention=run.attention
-            ).model
+            # the same start for every option
+            model = load_model(base.model, tok, seed=run.seed, **model_options(run)).model
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
