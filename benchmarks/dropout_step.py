@@ -77,8 +77,8 @@ def interleaved(settings, rounds: int, steps: int, profile: bool = True) -> dict
                 seconds[v].append(t)
             ratios.append(taken[VARIANTS[1]] / taken[VARIANTS[0]])
             print(f"round {i + 1}: " + ", ".join(f"{v} {t:.3f} s" for v, t in taken.items()), flush=True)
+        ops = profile_ops(plan, batches, hidden, training_step) if profile else None  # as the course trains
     widths = [b["input_ids"].shape[1] for b in batches]
-    ops = profile_ops(plan, batches, hidden, training_step) if profile else None
     return {
         "model": s.model,
         "precision": s.precision,

@@ -42,8 +42,8 @@ READING = """## Reading (2026-12-03, hidden-state dropout 2026-12-04)
   on, and ``--recipe original`` keeps it on). A profile of notebook 03's step (MiniLM, bf16, the offline
   corpus's rows of about 60 tokens) showed ``aten::bernoulli_``, the random draw of the 13 dropout masks a
   step (after the embeddings and after each layer's attention output and feed-forward block), among its
-  largest costs after the matrix products. Without them the step took 0.91 [0.86, 0.93] of the step with
-  them in bf16 and 0.96 [0.90, 0.98] in fp32, interleaved in one process on the profile's own batches
+  largest costs after the matrix products. Without them the step took 0.89 [0.80, 0.90] of the step with
+  them in bf16 and 0.94 [0.93, 0.95] in fp32, interleaved in one process on the profile's own batches
   (``dropout_step.md``, 5 rounds of 10 steps), so nothing is slower with bf16 off. Held-out top-1 over
   3 seeds (the offline_hidden and quick_oz_hidden tables at the end, where "course" is the course before
   this lever, dropout on): offline 44.2% [41.8, 45.5] without it against 42.4% [41.6, 42.7] with it, quick
@@ -59,9 +59,9 @@ READING = """## Reading (2026-12-03, hidden-state dropout 2026-12-04)
 - **What is still in the way** (the profile tables under "Hidden-state dropout, interleaved": the course's
   step as it now runs). In bf16 the operators with the most CPU time of their own
   are the two casts of the tied word-embedding and MLM-decoder matrix (30,522 x 384) that autocast makes
-  every step, fp32 to bf16 for the forward and the gradient back (4.5% together), the fused AdamW (3.3%) and
-  the zero-fill of the word embeddings' dense gradient (2.5%); after them come the matrix products at the
-  step's small shapes (896 tokens x 384), about 1.2-1.4% each and many of them. No single cost is left that
+  every step, fp32 to bf16 for the forward and the gradient back (3.7% together), the zero-fill of the word
+  embeddings' dense gradient (3.0%) and the fused AdamW (2.6%); after them come the matrix products at the
+  step's small shapes (896 tokens x 384), about 1.5-1.8% each and many of them. No single cost is left that
   a setting could take away: the step is mostly matrix products that reach about half the machine's
   ceiling at these shapes (the MiniLM 16 x 128 bf16 row of the step table, 51%). A one-off trial of a sparse
   gradient for the word embeddings (``nn.Embedding(sparse=True)``, interleaved the same way; not kept as a

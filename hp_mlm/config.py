@@ -102,8 +102,8 @@ class Settings:
             within the seeds' spread (benchmarks/results/levers.md); the original recipe keeps it on.
         hidden_dropout: keep the model's dropout on hidden states while training (BERT's ``hidden_dropout_prob``,
             0.1: after the embeddings, each attention output and each feed-forward block). Off in the course:
-            without those 13 masks a MiniLM step on the offline corpus's batches took 0.91 of the step with them
-            in bf16 and 0.96 in fp32 (benchmarks/results/dropout_step.md), and over 3 seeds held-out top-1 was
+            without those 13 masks a MiniLM step on the offline corpus's batches took 0.89 of the step with them
+            in bf16 and 0.94 in fp32 (benchmarks/results/dropout_step.md), and over 3 seeds held-out top-1 was
             44.2% without it against 42.4% with it offline, 35.2% against 35.2% on the Oz books
             (benchmarks/results/levers.md); the original recipe keeps it on.
         attention: the attention kernel, transformers' ``attn_implementation``: ``"sdpa"`` (PyTorch's
