@@ -37,7 +37,7 @@ from attention_kernel import save  # noqa: E402
 VARIANTS = ("hidden dropout on", "hidden dropout off")
 
 
-def interleaved(settings, rounds: int, steps: int, profile: bool = True) -> dict:
+def interleaved(settings, rounds: int, steps: int) -> dict:
     """Seconds per optimiser step of each variant, in turns on one model and the first epoch's batches, and
     each round's ratio (off / on: below 1 is faster without hidden dropout)."""
     import torch
@@ -77,7 +77,7 @@ def interleaved(settings, rounds: int, steps: int, profile: bool = True) -> dict
                 seconds[v].append(t)
             ratios.append(taken[VARIANTS[1]] / taken[VARIANTS[0]])
             print(f"round {i + 1}: " + ", ".join(f"{v} {t:.3f} s" for v, t in taken.items()), flush=True)
-        ops = profile_ops(plan, batches, hidden, training_step) if profile else None  # as the course trains
+        ops = profile_ops(plan, batches, hidden)  # inside the allocator, as the course trains
     widths = [b["input_ids"].shape[1] for b in batches]
     return {
         "model": s.model,
@@ -99,10 +99,12 @@ def interleaved(settings, rounds: int, steps: int, profile: bool = True) -> dict
     }
 
 
-def profile_ops(plan, batches, hidden, training_step, top: int = 12) -> list[dict]:
+def profile_ops(plan, batches, hidden, top: int = 12) -> list[dict]:
     """Where the course's step (hidden dropout off) spends its CPU time: ``torch.profiler`` over the batches,
     the ``top`` operators by their own CPU time with their input shapes, as shares of the whole."""
     from torch.profiler import ProfilerActivity, profile
+
+    from hp_mlm.training import training_step
 
     for module in hidden:
         module.p = 0.0
