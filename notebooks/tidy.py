@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from hp_mlm.course.episodes import episode_minutes, frame_table, machine_time, schedule_table
+from hp_mlm.course.episodes import episode_minutes, frame_table, machine_time, room_schedule
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TIMES = Path(__file__).resolve().parent.parent / "benchmarks" / "results" / "notebook_times.json"
@@ -76,19 +76,21 @@ def refresh_teaching(text: str) -> str:
     return TEACHING_ROW.sub(teaching_row, text)
 
 
-README = TEACHING.parent.parent / "README.md"
-SCHEDULE = re.compile(r"(<!-- schedule: start -->\n)(.*?)(\n<!-- schedule: end -->)", re.S)
+SCHEDULE = re.compile(r"(<!-- room schedule: start -->\n)(.*?)(\n<!-- room schedule: end -->)", re.S)
 
 
-def refresh_readme(text: str) -> str:
-    """The README with its workshop schedule rewritten from the notebooks' minutes and the measured times."""
-    stems = sorted(p.stem for p in Path(__file__).resolve().parent.glob("0*.ipynb"))
+def episodes() -> list[tuple[str, dict, dict[str, float | None]]]:
+    """Every notebook as ``(stem, its minutes, its measured machine times)``, in course order."""
     folder = Path(__file__).resolve().parent
-    episodes = [
-        (s, episode_minutes(json.loads((folder / f"{s}.ipynb").read_text(encoding="utf-8"))), machine_times(s))
-        for s in stems
+    return [
+        (p.stem, episode_minutes(json.loads(p.read_text(encoding="utf-8"))), machine_times(p.stem))
+        for p in sorted(folder.glob("0*.ipynb"))
     ]
-    return SCHEDULE.sub(lambda m: m.group(1) + schedule_table(episodes) + m.group(3), text, count=1)
+
+
+def refresh_schedule(text: str) -> str:
+    """docs/teaching.md with its 3-hour schedule rewritten from the notebooks' room minutes and machine times."""
+    return SCHEDULE.sub(lambda m: m.group(1) + room_schedule(episodes())[0] + m.group(3), text, count=1)
 
 
 def tidy(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -110,9 +112,9 @@ def main(paths: list[str]) -> int:
         nb = nbformat.read(path, as_version=4)
         nbformat.write(refresh_frame(tidy(nb), Path(path).stem), path)
         print(f"tidied {Path(path).name}")
-    TEACHING.write_text(refresh_teaching(TEACHING.read_text(encoding="utf-8")), encoding="utf-8")
-    README.write_text(refresh_readme(README.read_text(encoding="utf-8")), encoding="utf-8")
-    print("rewrote the table of notebooks in docs/teaching.md and the README's schedule")
+    text = TEACHING.read_text(encoding="utf-8")
+    TEACHING.write_text(refresh_schedule(refresh_teaching(text)), encoding="utf-8")
+    print("rewrote the table of notebooks and the 3-hour schedule in docs/teaching.md")
     return 0
 
 

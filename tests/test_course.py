@@ -15,13 +15,15 @@ import torch
 from hp_mlm.config import get_settings
 from hp_mlm.course.episodes import (
     MEASURED_ON,
+    ROOM_BREAK,
+    ROOM_CHECK,
     TRAINING_SECONDS,
     answer_quiz,
     episode_minutes,
     frame_table,
     load_quiz,
     quiz_text,
-    schedule_table,
+    room_schedule,
     show_quiz,
     training_notice,
     widgets_front_end,
@@ -55,7 +57,7 @@ VERBS = {
 }
 
 sys.path.insert(0, str(NOTEBOOKS))
-from tidy import FRAME_TABLE, machine_times  # noqa: E402
+from tidy import FRAME_TABLE, episodes, machine_times  # noqa: E402
 
 
 def load(path: Path) -> dict:
@@ -102,21 +104,40 @@ def test_the_frames_time_table_is_the_one_made_from_the_metadata_and_the_measure
     assert shown == frame_table(episode_minutes(nb), machine_times(stem)), "run python notebooks/tidy.py on it"
 
 
-def test_the_readme_schedule_is_generated_from_the_notebooks():
-    episodes = [(stem, episode_minutes(load(NOTEBOOKS / f"{stem}.ipynb")), machine_times(stem)) for stem in STEMS]
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    block = re.search(r"<!-- schedule: start -->\n(.*?)\n<!-- schedule: end -->", readme, re.S)
-    assert block, "the README's schedule sits between <!-- schedule: start --> and <!-- schedule: end -->"
-    assert block.group(1).strip() == schedule_table(episodes), (
-        "regenerate it with hp_mlm.course.episodes.schedule_table"
-    )
+def test_the_three_hour_schedule_is_generated_from_the_notebooks():
+    teaching = (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8")
+    block = re.search(r"<!-- room schedule: start -->\n(.*?)\n<!-- room schedule: end -->", teaching, re.S)
+    assert block, "teaching.md's 3-hour schedule sits between <!-- room schedule: start/end --> markers"
+    assert block.group(1).strip() == room_schedule(episodes())[0], "run python notebooks/tidy.py"
 
 
-def test_the_schedule_runs_a_clock_and_adds_up():
-    table = schedule_table(
-        [("a", {"teaching": 50, "exercises": 20}, {"smoke": 9.0}), ("b", {"teaching": 5, "exercises": 5}, {})]
+ROOM_CELL = re.compile(r"^\| \d+ min \| \d+ min \| (?:(\d+) min: [^|]+|at home) \| [^|]+ \|.* \| ([^|]+) \|$", re.M)
+
+
+def test_the_three_hour_room_fits_180_minutes_by_the_notebooks_own_tables():
+    """The sum of what each notebook's frame table gives the room, its offline machine time, the check and
+    the break: the 3-hour schedule adds up to at most 180 minutes, and ends where teaching.md says."""
+    total = ROOM_CHECK + ROOM_BREAK
+    for stem in STEMS:
+        room, offline = ROOM_CELL.search(frame_cell(load(NOTEBOOKS / f"{stem}.ipynb"))).groups()
+        if room:
+            number, unit = offline.split()
+            total += int(room) + float(number) / (60 if unit == "s" else 1)
+    assert total <= 180, f"the 3-hour room takes {total:.0f} minutes"
+    assert abs(room_schedule(episodes())[1] - total) < 1
+    end = re.search(r"^\| (\d):(\d\d) \| end \|", (ROOT / "docs" / "teaching.md").read_text(encoding="utf-8"), re.M)
+    assert int(end[1]) * 60 + int(end[2]) <= 180
+
+
+def test_the_room_schedule_runs_a_clock_adds_the_machine_time_and_leaves_home_notebooks_out():
+    lesson = {"teaching": 20, "exercises": 20, "room": 30, "in_room": "the lesson", "home": "exercise 9.2"}
+    home = {**lesson, "room": 0}
+    table, minutes = room_schedule(
+        [("00_a", lesson, {"offline": 120.0}), ("02_b", lesson, {}), ("05_c", home, {"offline": 600.0})]
     )
-    assert "| b | 5 min | 5 min | 1:10 |" in table and "ends at 1:20" in table and "not measured" in table
+    assert minutes == ROOM_CHECK + 30 + 2 + 30 + ROOM_BREAK
+    assert "| 0:42 | 02 b: the lesson | 30 + not measured running | exercise 9.2 |" in table
+    assert "| 1:12 | break |" in table and "notebooks 05" in table and "05 c" not in table
 
 
 # --- notebook 04 without notebook 03's model --------------------------------------------------------

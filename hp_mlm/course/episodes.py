@@ -1,9 +1,10 @@
 """The course as episodes: minutes per notebook, the workshop schedule, and knowledge-check quizzes.
 
 Each notebook keeps its estimated teaching and exercise minutes in its metadata
-(``metadata["hp_mlm"]["episode"]``); :func:`schedule_table` turns them, with the machine times
-measured by ``benchmarks/notebook_times.py``, into the README's workshop schedule and each
-notebook's frame (a test checks that they agree). Quizzes are data (``data/quizzes/NN.json``):
+(``metadata["hp_mlm"]["episode"]``, with what a 3-hour room does and leaves for home);
+:func:`room_schedule` turns them, with the machine times measured by ``benchmarks/notebook_times.py``,
+into docs/teaching.md's 3-hour schedule, and :func:`frame_table` into each notebook's frame (tests check
+that they agree and that the room fits 180 minutes). Quizzes are data (``data/quizzes/NN.json``):
 every question has one right choice and a reason for every choice. :func:`show_quiz` shows them
 as ipywidgets where a widget front end runs (Colab, a Jupyter server), else as plain text with
 :func:`answer_quiz` to check an answer. Reads only the package's own files; imports no model.
@@ -108,14 +109,23 @@ def show_quiz(notebook: str, widgets: bool | None = None) -> None:
     display(w.VBox(boxes))
 
 
-def episode_minutes(notebook_json: dict[str, Any]) -> dict[str, int]:
-    """``{"teaching": minutes, "exercises": minutes}`` from a notebook's metadata (estimates).
+def episode_minutes(notebook_json: dict[str, Any]) -> dict[str, Any]:
+    """A notebook's minutes from its metadata (estimates): ``{"teaching", "exercises"}`` for the whole
+    episode, and for a 3-hour room ``"room"`` (minutes in the room), ``"in_room"`` (what is done there) and
+    ``"home"`` (what is left for home).
 
     Raises:
-        KeyError: the notebook has no ``metadata["hp_mlm"]["episode"]``.
+        KeyError: the notebook has no ``metadata["hp_mlm"]["episode"]`` or no ``room`` in it.
     """
     episode = notebook_json["metadata"]["hp_mlm"]["episode"]
-    return {"teaching": int(episode["teaching_minutes"]), "exercises": int(episode["exercise_minutes"])}
+    room = episode["room"]
+    return {
+        "teaching": int(episode["teaching_minutes"]),
+        "exercises": int(episode["exercise_minutes"]),
+        "room": int(room["minutes"]),
+        "in_room": room["does"],
+        "home": room["home"],
+    }
 
 
 def machine_time(seconds: float | None) -> str:
@@ -125,41 +135,60 @@ def machine_time(seconds: float | None) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
 
 
-def frame_table(minutes: dict[str, int], times: dict[str, float | None]) -> str:
-    """A notebook's time table: teaching and exercise minutes, then the machine time per profile."""
-    header = "| teaching | exercises | " + " | ".join(f"machine time, `{p}`" for p in MACHINE_PROFILES) + " |"
+def room_cell(minutes: dict[str, Any]) -> str:
+    """What a 3-hour room does with a notebook: ``"35 min: the lesson, exercise 2.1"``, or ``"at home"``."""
+    return f"{minutes['room']} min: {minutes['in_room']}" if minutes["room"] else "at home"
+
+
+def frame_table(minutes: dict[str, Any], times: dict[str, float | None]) -> str:
+    """A notebook's time table: teaching and exercise minutes, what a 3-hour room does and leaves for home,
+    then the machine time per profile."""
+    header = (
+        "| teaching | exercises | in a 3-hour room | left for home | "
+        + " | ".join(f"machine time, `{p}`" for p in MACHINE_PROFILES)
+        + " |"
+    )
     row = (
-        f"| {minutes['teaching']} min | {minutes['exercises']} min | "
+        f"| {minutes['teaching']} min | {minutes['exercises']} min | {room_cell(minutes)} | {minutes['home']} | "
         + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES)
         + " |"
     )
-    return "\n".join([header, "|" + " --- |" * (2 + len(MACHINE_PROFILES)), row])
+    return "\n".join([header, "|" + " --- |" * (4 + len(MACHINE_PROFILES)), row])
 
 
-def schedule_table(episodes: list[tuple[str, dict[str, int], dict[str, float | None]]]) -> str:
-    """The workshop schedule: ``episodes`` as ``(notebook name, minutes, machine times per profile)``,
-    one row each, with a running clock and totals (the README's table)."""
-    lines = [
-        "| notebook | teaching | exercises | starts at | " + " | ".join(f"`{p}` run" for p in MACHINE_PROFILES) + " |",
-        "|" + " --- |" * (4 + len(MACHINE_PROFILES)),
-    ]
-    clock = 0
+#: The 3-hour room's fixed slots (minutes): the machine check first, a break after notebook 02.
+ROOM_CHECK, ROOM_BREAK, ROOM_BREAK_AFTER, ROOM_PROFILE = 10, 15, "02", "offline"
+
+
+def clock(seconds: float) -> str:
+    """``seconds`` from the start as ``h:mm``, to the nearest minute."""
+    minutes = round(seconds / 60)
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def room_schedule(episodes: list[tuple[str, dict[str, Any], dict[str, float | None]]]) -> tuple[str, float]:
+    """The 3-hour room's schedule (docs/teaching.md) from ``episodes`` as ``(notebook name, minutes, machine
+    times per profile)``: the machine check, each notebook's minutes in the room plus its machine time in
+    :data:`ROOM_PROFILE`, the break after :data:`ROOM_BREAK_AFTER`. Returns the table and its length in minutes
+    (the sum of those parts), so a test can hold it to 180."""
+    lines = ["| clock | what | minutes | left for home |", "| --- | --- | --- | --- |"]
+    lines.append(f"| 0:00 | the machine check (below) | {ROOM_CHECK} | |")
+    seconds = ROOM_CHECK * 60.0
     for name, minutes, times in episodes:
-        start = f"{clock // 60}:{clock % 60:02d}"
+        if not minutes["room"]:
+            continue
+        run = times.get(ROOM_PROFILE)
         lines.append(
-            f"| {name} | {minutes['teaching']} min | {minutes['exercises']} min | {start} | "
-            + " | ".join(machine_time(times.get(p)) for p in MACHINE_PROFILES)
-            + " |"
+            f"| {clock(seconds)} | {name.replace('_', ' ')}: {minutes['in_room']} | {minutes['room']} "
+            f"+ {machine_time(run)} running | {minutes['home']} |"
         )
-        clock += minutes["teaching"] + minutes["exercises"]
-    teaching = sum(m["teaching"] for _, m, _ in episodes)
-    exercises = sum(m["exercises"] for _, m, _ in episodes)
-    lines.append(
-        f"| all | {teaching} min | {exercises} min | ends at {clock // 60}:{clock % 60:02d} | "
-        + " | ".join(machine_time(sum(t.get(p) or 0 for _, _, t in episodes) or None) for p in MACHINE_PROFILES)
-        + " |"
-    )
-    return "\n".join(lines)
+        seconds += minutes["room"] * 60 + (run or 0.0)
+        if name.startswith(ROOM_BREAK_AFTER):
+            lines.append(f"| {clock(seconds)} | break | {ROOM_BREAK} | |")
+            seconds += ROOM_BREAK * 60
+    home = ", ".join(name[:2] for name, minutes, _ in episodes if not minutes["room"])
+    lines.append(f"| {clock(seconds)} | end | | notebooks {home} |" if home else f"| {clock(seconds)} | end | | |")
+    return "\n".join(lines), seconds / 60
 
 
 def training_notice(settings, steps_left: int, device: str, measured: dict[str, float] = TRAINING_SECONDS) -> str:
