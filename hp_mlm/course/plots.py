@@ -132,6 +132,55 @@ def plot_probe_splits(probe: Mapping[str, Mapping[str, Any]], ax=None):
     return fig
 
 
+def live_view_rows(watch: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per mask of the example sentences from a run's live view (``history["watch"]`` or
+    ``metrics.json``'s ``watch``): ``{"mask"`` (its short name), ``"answer"``, ``"before"`` (the first guess at
+    the first frame), ``"step"`` (the first step the corpus's word came first; None: never), ``"after"``
+    (the first guess at the last frame, with its probability)}``."""
+    first, last = watch["frames"][0]["examples"], watch["frames"][-1]["examples"]
+    guesses = [(b[0], a[0]) for bs, as_ in zip(first, last) for b, a in zip(bs, as_)]
+    return [
+        {"mask": hit["mask"], "answer": hit["answer"], "before": b["token"], "step": hit["step"], "after": a}
+        for hit, (b, a) in zip(watch["first_right"], guesses)
+    ]
+
+
+def plot_live_view(watch: Mapping[str, Any]):
+    """The story of a run in one table: for each mask of the example sentences, the first guess before
+    training, the optimiser step at which the corpus's word first came first, and the first guess after
+    (the README's picture, drawn from a run's saved frames: ``python -m hp_mlm.course.plots metrics.json
+    out.png``). Returns the matplotlib ``Figure``."""
+    import matplotlib.pyplot as plt
+
+    rows = live_view_rows(watch)
+    cells = [
+        [
+            f"{r['mask']}  ({r['answer']})",
+            r["before"],
+            f"step {r['step']}" if r["step"] is not None else "not yet",
+            f"{r['after']['token']} ({r['after']['score']:.2f})",
+        ]
+        for r in rows
+    ]
+    last = watch["frames"][-1]["step"]
+    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(rows) + 1.2))
+    ax.axis("off")
+    header = ["gap (the corpus's word)", "before: first guess", "the word came first at", f"after {last} steps"]
+    table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="left", colLoc="left")
+    table.auto_set_font_size(False)
+    table.set_fontsize(11)
+    table.scale(1, 1.6)
+    for (row, col), cell in table.get_celld().items():
+        cell.set_edgecolor("#cccccc")
+        if row == 0:
+            cell.set_text_props(weight="bold")
+        elif col == 3 and rows[row - 1]["after"]["token"] == rows[row - 1]["answer"]:
+            cell.set_text_props(weight="bold", color="tab:green")
+    ax.set_title("Watching the model learn the corpus's words while it trains", fontsize=12)
+    fig.tight_layout()
+    return fig
+
+
 def save_figure(fig, path: str | Path) -> Path:
     """Save ``fig`` as a PNG at ``path`` (folders created) and close it."""
     import matplotlib.pyplot as plt
@@ -141,3 +190,11 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # python -m hp_mlm.course.plots RUN/metrics.json docs/images/live_view.png
+    import json
+    import sys
+
+    saved = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    print(save_figure(plot_live_view(saved.get("watch", saved)), sys.argv[2]))

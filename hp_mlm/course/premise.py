@@ -1,0 +1,47 @@
+"""The course's premise in the active profile: one sentence, what the stock model says, and what the
+fine-tuned model says after (notebook 00, which opens with it).
+
+The premise is the first of the profile's example sentences (``inference.examples``): *Harry [MASK]* in
+the ``full`` and ``quick`` profiles, the course corpus's *Hob [MASK]* offline, the smoke corpus's own
+sentence in ``smoke``. "After" comes from the model notebook 03 saved in the profile's output folder
+when there is one, else from the last frame of the course's committed run of that profile
+(``corpora/frames_<profile>.json``, the live view's frames of a real run), and says which.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hp_mlm.inference import examples, fill_mask
+from hp_mlm.models import load_model
+
+
+def premise(settings) -> tuple[str, tuple[str, ...]]:
+    """The profile's premise sentence and the corpus's word at its mask(s). ``settings``: ``config.Settings``."""
+    return examples(settings.dataset)[0]
+
+
+def committed_frames(profile: str) -> dict[str, Any] | None:
+    """The live view of the course's committed run in ``profile`` (``{"frames", "first_right", ...}`` as
+    ``history["watch"]``, with the run's ``"examples"`` and ``"command"``), or None where none was committed."""
+    path = resources.files("hp_mlm") / "corpora" / f"frames_{profile}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def premise_after(settings, top_k: int = 3) -> dict[str, Any] | None:
+    """What the fine-tuned model says at the premise's first mask: ``{"source", "candidates"}`` with the
+    ``top_k`` candidates ``{"token", "score"}``. The source is ``"your model"`` (``<output_dir>/model``, saved
+    by notebook 03 or the main job) when it exists, else ``"the course's committed run"`` (its last frame,
+    which keeps the top 3); None when neither exists (the ``full`` and ``quick`` profiles before a run)."""
+    sentence, _ = premise(settings)
+    folder = Path(settings.output_dir) / "model"
+    if (folder / "config.json").is_file():
+        tuned = load_model(str(folder))
+        return {"source": "your model", "candidates": fill_mask(tuned.model, tuned.tokenizer, sentence, top_k)[0][0]}
+    run = committed_frames(settings.profile)
+    if run is None or run["examples"][0]["text"] != sentence:
+        return None
+    return {"source": "the course's committed run", "candidates": run["frames"][-1]["examples"][0][0][:top_k]}
