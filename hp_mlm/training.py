@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .checkpoints import hold_output_dir, resume_key, resume_state
+from .checkpoints import hold_output_dir, release_output_dir, resume_key, resume_state
 from .common import (
     MIXED_PRECISION,
     cpu_process_group,
@@ -314,7 +314,8 @@ def plan_training(
             with ``settings.schedule`` and ``settings.warmup_fraction`` over all epochs' steps.
         output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and at
             each epoch end); None keeps nothing on disk. This run holds it until it ends
-            (``checkpoints.hold_output_dir``; ``callbacks.SaveCheckpoints`` lets it go).
+            (``checkpoints.hold_output_dir``; ``callbacks.SaveCheckpoints`` lets it go); a plan refused
+            here lets it go at once.
         resume: continue from the last complete checkpoint in ``output_dir`` (its weights,
             optimiser, schedule, random states and history are loaded now).
     Raises:
@@ -340,7 +341,11 @@ def plan_training(
     objective = MaskedLMObjective(model, settings.masked_positions_only)
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     key = resume_key(settings, accelerator.num_processes)
-    state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
+    try:
+        state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
+    except BaseException:
+        release_output_dir(output_dir)  # a refused run holds nothing: only a training holds its folder
+        raise
     history = state["history"] if state else new_history(settings, accelerator)
     start_epoch, batches_done = (state["epoch"], state["batches_done"]) if state else (0, 0)
     lengths = [len(r["input_ids"]) for r in train_rows]
