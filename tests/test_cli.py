@@ -397,3 +397,20 @@ def test_hidden_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
         assert main([*argv, *extra]) == 1  # the stand-in's Stop: the settings were accepted
     course = get_settings("smoke").hidden_dropout
     assert [s.hidden_dropout for s in seen] == [course, True, False, True]  # the original keeps BERT's dropout
+
+
+def test_predict_lists_words_and_says_once_that_a_top_k_above_them_was_cut():
+    from hp_mlm.models import build_smoke_tokenizer
+    from hp_mlm.profiles import SMOKE_MODEL
+
+    tok = build_smoke_tokenizer()
+    words = len(tok) - len(tok.all_special_ids)  # the smoke vocabulary has no [unusedN] slots
+    sentences = ["Mira [MASK] smiled.", "[MASK] met [MASK]."]
+    result = cli("predict", *sentences, "--profile", "smoke", "--model", SMOKE_MODEL, "--top-k", "100000", "--json")
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 0, err
+    assert err.count("warning:") == 1
+    assert f"warning: --top-k 100000 is more than the {words} ordinary tokens of this vocabulary" in err
+    listed = [[a["token"] for a in mask] for sentence in json.loads(out) for mask in sentence]
+    assert len(listed) == 3 and all(len(tokens) == words for tokens in listed)
+    assert not {t for tokens in listed for t in tokens} & set(tok.all_special_tokens)

@@ -176,8 +176,10 @@ def test_a_vocabulary_of_only_special_tokens_cannot_draw_replacements():
     tok = BertTokenizerFast(
         vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"])}
     )
+    assert len(replacement_ids(tok)) == 0
+    ids = torch.tensor([[2, 1, 5, 3]])
     with pytest.raises(ValueError, match="strategy='mask'"):
-        replacement_ids(tok)
+        mask_tokens(ids, ids > 3, tok, 1.0, torch.Generator().manual_seed(0), "bert")
 
 
 def test_frozen_masks_do_not_depend_on_which_rows_are_present(smoke_tokenizer):
