@@ -84,11 +84,13 @@ def masked_lm_loss(
 
 class MaskedLMObjective(nn.Module):
     """Wraps a masked-LM so that ``forward(input_ids, attention_mask, labels, num_items)`` returns
-    :func:`masked_lm_loss`."""
+    :func:`masked_lm_loss`. A model wrapped by ``torch.compile`` is held unwrapped, so that a checkpoint
+    names its parameters as the model does (not ``_orig_mod.``...) and resumes with or without the
+    compile (the loss at the masked positions called its encoder and head directly already)."""
 
     def __init__(self, model: nn.Module, masked_positions_only: bool = True) -> None:
         super().__init__()
-        self.model, self.masked_positions_only = model, masked_positions_only
+        self.model, self.masked_positions_only = getattr(model, "_orig_mod", model), masked_positions_only
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, num_items: int | None = None

@@ -110,3 +110,30 @@ def test_a_plan_refused_by_its_checkpoint_leaves_the_folder_free(folder, smoke_t
         plan_training(smoke_model, smoke_tokenizer, rows, settings().replace(seed=7), output_dir=folder, resume=True)
     taker = python(TAKER, str(folder), stderr=subprocess.PIPE)
     assert taker.wait(timeout=60) == 0, taker.stderr.read()
+
+
+def test_a_compiled_model_is_checkpointed_under_its_plain_names_and_resumes_either_way(
+    folder, smoke_tokenizer, smoke_model
+):
+    """``torch.compile`` wraps a model (its own keys start ``_orig_mod.``); the checkpoint names the
+    model's parameters, so a new session resumes it with or without the compile."""
+    import torch
+    from safetensors import safe_open
+
+    from hp_mlm.checkpoints import latest_checkpoint, save_model
+    from hp_mlm.models import build_smoke_model, load_model
+
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    compiled = torch.compile(smoke_model, backend="eager")  # the wrapper, without a compiler's minutes
+    fit(compiled, smoke_tokenizer, rows, settings(), output_dir=folder)
+    trained = {k: v.clone() for k, v in smoke_model.state_dict().items()}
+    with safe_open(str(latest_checkpoint(folder) / "model.safetensors"), "pt") as saved:
+        names = list(saved.keys())
+    assert names and not [n for n in names if "_orig_mod" in n]
+    for wrap in (lambda m: m, lambda m: torch.compile(m, backend="eager")):  # a new session, with or without
+        fresh = build_smoke_model(smoke_tokenizer, seed=1)
+        plan_training(wrap(fresh), smoke_tokenizer, rows, settings(), output_dir=folder, resume=True)
+        assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.items())
+        release_output_dir(folder)
+    reloaded = load_model(str(save_model(compiled, smoke_tokenizer, folder / "model"))).model
+    assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in trained.items())
