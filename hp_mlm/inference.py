@@ -1,7 +1,8 @@
 """Inference: fill in every mask token of a sentence, each with its own top-k list.
 
 Taught in ``notebooks/04_evaluation.ipynb``. Gives the same tokens and scores as
-``transformers.pipeline("fill-mask")`` (a test checks it), also with ``targets`` (score only some
+``transformers.pipeline("fill-mask")`` (a test checks it), less the special tokens and ``[unusedN]``
+slots the pipeline can list, also with ``targets`` (score only some
 candidate words; a word of several pieces is scored whole by ``scoring.score_words``, where the
 pipeline scores its first piece), predicts whole words in :func:`fill_words`
 (``scoring.predict_words``), and handles sentences with several masks, long sentences and bad input
@@ -10,6 +11,7 @@ with clear errors.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +20,8 @@ from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
 from .profiles import BOOKS_DATASET, EXAMPLES
-from .scoring import length_limit, predict_words, score_words, with_mask_token, word_pieces
+from .scoring import length_limit, mask_place, predict_words, score_words, with_mask_token, word_pieces
+from .tokens import replacement_ids
 
 
 def examples(dataset: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -63,35 +66,21 @@ def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBas
 
 
 def _checked_sentences(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, sentences: Sequence[str] | str, top_k: int, limit: int
+    tokenizer: PreTrainedTokenizerBase, sentences: Sequence[str] | str, top_k: int, limit: int
 ) -> list[str]:
     """``top_k`` checked, and the sentences written with the tokenizer's mask token, each checked (see
     :func:`fill_mask`'s errors)."""
     sentences = [sentences] if isinstance(sentences, str) else sentences
     if sentences is None or len(sentences) == 0:
         raise ValueError(f"no sentences given; pass at least one sentence containing {tokenizer.mask_token}")
-    vocab_size = getattr(getattr(model, "config", None), "vocab_size", None) or len(tokenizer)
     if top_k < 1:
         raise ValueError(f"top_k must be >= 1, got {top_k}")
-    if top_k > vocab_size:
-        raise ValueError(
-            f"top_k={top_k} is more than this model's vocabulary of {vocab_size:,} tokens; pass top_k <= {vocab_size}"
-        )
     texts = []
     for i, sentence in enumerate(sentences):
         if not isinstance(sentence, str):
             raise ValueError(f"sentence {i} is a {type(sentence).__name__}; pass each sentence as a string")
-        if not sentence.strip():
-            raise ValueError(
-                f"sentence {i} is empty; write a sentence with {tokenizer.mask_token} where a word is missing"
-            )
         text = with_mask_token(sentence, tokenizer)
-        full = tokenizer(text, truncation=False)["input_ids"]
-        if tokenizer.mask_token_id not in full:
-            raise ValueError(
-                f"sentence {i} has no mask token: {sentence!r}. Write {tokenizer.mask_token} "
-                f"(this tokenizer's mask token) where the missing word goes."
-            )
+        full, _ = mask_place(text, tokenizer)  # refuses a sentence without a mask token (an empty one too)
         if tokenizer.mask_token_id in full[limit - 1 :]:  # truncation keeps limit - 1 tokens and the last
             raise ValueError(
                 f"sentence {i} is {len(full)} tokens long and a {tokenizer.mask_token} falls after the "
@@ -118,8 +107,11 @@ def fill_mask(
 
     Args:
         sentences: one string or a list of strings, each with at least one mask token.
-        top_k: candidates per mask, 1 to the model's vocabulary size. With ``targets``, at most
-            ``min(top_k, number of distinct targets)`` come back, as in the pipeline.
+        top_k: candidates per mask, at least 1. Only ordinary tokens are listed, never a special token
+            (``tokenizer.all_special_ids``) or a reserved ``[unusedN]`` slot (``tokens.replacement_ids``),
+            where the pipeline ranks the whole vocabulary; a ``top_k`` above the ordinary tokens is cut to
+            them, with one ``UserWarning``. With ``targets``, at most ``min(top_k, number of distinct
+            targets)`` come back, as in the pipeline.
         max_length: tokens per sentence after truncation; never more than the model's usable positions
             (``scoring.length_limit``: 512 for BERT and RoBERTa), which is the default.
         targets: optional words to score instead of the whole vocabulary (see :func:`target_words`).
@@ -134,14 +126,19 @@ def fill_mask(
         alone, not a whole word; ``pieces`` are the word's pieces (one for a token); ``token_id`` is None
         for a word of several pieces.
     Raises:
-        ValueError: no sentences; an empty sentence; a sentence without a mask token (the message
+        ValueError: no sentences; a sentence without a mask token, an empty one too (the message
             shows the tokenizer's mask token); a mask that truncation at that limit would cut
-            off; ``top_k`` < 1 or more than the vocabulary; a bad target (see :func:`target_words`).
+            off; ``top_k`` < 1; a bad target (see :func:`target_words`).
         common.OutOfMemory: the device ran out of memory (names ``max_length`` to lower).
     """
     limit = length_limit(model, tokenizer, max_length)
-    texts = _checked_sentences(model, tokenizer, sentences, top_k, limit)
+    texts = _checked_sentences(tokenizer, sentences, top_k, limit)
     chosen = None if targets is None else target_words(targets, tokenizer)
+    words = replacement_ids(tokenizer)  # the ordinary tokens: never a special token or an [unusedN] slot
+    if chosen is None and top_k > len(words):  # said once a call, however many masks
+        said = f"top_k {top_k} is more than the {len(words):,} ordinary tokens of this vocabulary (special tokens and [unusedN] slots are never listed): listing {len(words):,}"
+        warnings.warn(said, stacklevel=2)
+        top_k = len(words)
     device = model_device(model)
     enc = tokenizer(texts, truncation=True, max_length=limit, padding=True, return_tensors="pt")
     lower = f"`max_length` (now {limit}) or pass fewer sentences at once (now {len(texts)})"
@@ -154,8 +151,8 @@ def fill_mask(
         for m, pos in enumerate(positions):
             probs = logits[row, pos].float().softmax(dim=-1)  # over the whole vocabulary, targets or not
             if chosen is None:
-                scores, ids = probs.topk(top_k)
-                per_mask.append([_token(tokenizer, i, p) for i, p in zip(ids.tolist(), scores.tolist())])
+                scores, at = probs[words].topk(top_k)
+                per_mask.append([_token(tokenizer, i, p) for i, p in zip(words[at].tolist(), scores.tolist())])
             else:
                 per_mask.append(_targets_at(model, tokenizer, texts[row], m, probs, chosen, top_k, limit))
         results.append(per_mask)
@@ -186,7 +183,7 @@ def fill_words(
     """
     limit = length_limit(model, tokenizer, max_length)
     results = []
-    for text in _checked_sentences(model, tokenizer, sentences, top_k, limit):
+    for text in _checked_sentences(tokenizer, sentences, top_k, limit):
         n_masks = tokenizer(text)["input_ids"].count(tokenizer.mask_token_id)
         found = [
             predict_words(model, tokenizer, text, top_k, max_pieces, mask_index=m, max_length=limit)

@@ -115,6 +115,8 @@ def mask_tokens(
     # Half of the remaining 20%: a random token; the other half keeps the original token.
     to_random = chosen & ~to_mask & torch.bernoulli(torch.full(input_ids.shape, 0.5), generator=generator).bool()
     ordinary = replacement_ids(tokenizer).to(input_ids.dtype)  # never special tokens or [unusedN] slots
+    if len(ordinary) == 0:
+        raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
     masked[to_random] = ordinary[torch.randint(len(ordinary), input_ids.shape, generator=generator)][to_random]
     return masked, labels
 

@@ -345,20 +345,17 @@ def replacement_ids(tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:
     Special tokens (``tokenizer.all_special_ids``) and reserved slots (entries written as a bracketed name,
     ``RESERVED``: bert-base-uncased's ``[unused0]``..``[unused993]`` are 3.3% of its vocabulary) are left
     out, so a replacement is a real word or piece. ``DataCollatorForLanguageModeling.torch_mask_tokens`` and
-    Google's ``create_pretraining_data.py`` draw from the whole vocabulary instead. Computed once per
-    tokenizer. Raises ValueError when no token is ordinary (then use ``strategy="mask"``).
+    Google's ``create_pretraining_data.py`` draw from the whole vocabulary instead. ``inference.fill_mask``
+    lists only these. Computed once per tokenizer; empty when no token is ordinary.
     """
     special = set(tokenizer.all_special_ids)
-    ids = _per_tokenizer(
+    return _per_tokenizer(
         tokenizer,
         "replacements",
         lambda tokens: torch.tensor(
             [i for i, t in enumerate(tokens) if i not in special and not RESERVED.fullmatch(t)], dtype=torch.long
         ),
     )
-    if len(ids) == 0:
-        raise ValueError("this vocabulary has only special or reserved tokens to draw from; use strategy='mask'")
-    return ids
 
 
 def word_start_index(input_ids: torch.Tensor, tokenizer: PreTrainedTokenizerBase) -> torch.Tensor:

@@ -34,7 +34,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm.auto import tqdm
 
-from .checkpoints import hold_output_dir, resume_key, resume_state
+from .checkpoints import hold_output_dir, release_output_dir, resume_key, resume_state
 from .common import (
     MIXED_PRECISION,
     cpu_process_group,
@@ -84,11 +84,13 @@ def masked_lm_loss(
 
 class MaskedLMObjective(nn.Module):
     """Wraps a masked-LM so that ``forward(input_ids, attention_mask, labels, num_items)`` returns
-    :func:`masked_lm_loss`."""
+    :func:`masked_lm_loss`. A model wrapped by ``torch.compile`` is held unwrapped, so that a checkpoint
+    names its parameters as the model does (not ``_orig_mod.``...) and resumes with or without the
+    compile (the loss at the masked positions called its encoder and head directly already)."""
 
     def __init__(self, model: nn.Module, masked_positions_only: bool = True) -> None:
         super().__init__()
-        self.model, self.masked_positions_only = model, masked_positions_only
+        self.model, self.masked_positions_only = getattr(model, "_orig_mod", model), masked_positions_only
 
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, num_items: int | None = None
@@ -314,7 +316,8 @@ def plan_training(
             with ``settings.schedule`` and ``settings.warmup_fraction`` over all epochs' steps.
         output_dir: where checkpoints go (every ``settings.checkpoint_every`` optimiser steps and at
             each epoch end); None keeps nothing on disk. This run holds it until it ends
-            (``checkpoints.hold_output_dir``; ``callbacks.SaveCheckpoints`` lets it go).
+            (``checkpoints.hold_output_dir``; ``callbacks.SaveCheckpoints`` lets it go); a plan refused
+            here lets it go at once.
         resume: continue from the last complete checkpoint in ``output_dir`` (its weights,
             optimiser, schedule, random states and history are loaded now).
     Raises:
@@ -340,7 +343,11 @@ def plan_training(
     objective = MaskedLMObjective(model, settings.masked_positions_only)
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
     key = resume_key(settings, accelerator.num_processes)
-    state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
+    try:
+        state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
+    except BaseException:
+        release_output_dir(output_dir)  # a refused run holds nothing: only a training holds its folder
+        raise
     history = state["history"] if state else new_history(settings, accelerator)
     start_epoch, batches_done = (state["epoch"], state["batches_done"]) if state else (0, 0)
     lengths = [len(r["input_ids"]) for r in train_rows]

@@ -74,7 +74,7 @@ def test_the_card_says_what_made_the_model_and_how_good_it_is(pushed_run):
         assert f"| `{setting}` | {metrics['settings'][setting]} |" in text
     assert "output_dir" not in text  # a machine's path is not the model's business
     run, seconds = metrics["run"], metrics["seconds"]
-    assert f"Trained on {run['device']} in {run['precision']}; training took {seconds['train']:.0f} s" in text
+    assert f"Trained on {run['device']} in {run['precision']}; training clock: {seconds['train_clock']:.0f} s" in text
     commit = course_commit()
     assert commit is None or f"commit `{commit}`" in text
     assert "## Intended use" in text and "## Limitations" in text and "A right\n  probe does not show" in text
@@ -143,14 +143,14 @@ def test_a_later_card_adds_to_what_an_earlier_one_recorded(tmp_path, smoke_model
     }
     write_model_card(folder, settings, history=history)
     first = ModelCard.load(folder / "README.md").text
-    assert "| top-1 accuracy | not measured | 25.0% |" in first and "training took 60 s" in first
+    assert "| top-1 accuracy | not measured | 25.0% |" in first and "training clock: 60 s" in first
     before, after = (
         {"top1": 0.01, "top5": 0.02, "perplexity": 900.0, "n_positions": 90},
         {**history["epochs"][0]["validation"], "top1": 0.3},
     )
     write_model_card(folder, settings, before=before, after=after, update=True)
     second = ModelCard.load(folder / "README.md").text
-    assert "| top-1 accuracy | 1.0% | 30.0% |" in second and "Trained on cuda:0 in bf16; training took 60 s" in second
+    assert "| top-1 accuracy | 1.0% | 30.0% |" in second and "Trained on cuda:0 in bf16; training clock: 60 s" in second
     write_model_card(folder, settings, before=before)  # without update: a fresh card
     assert "a time not recorded" in ModelCard.load(folder / "README.md").text
     with pytest.raises(FileNotFoundError, match="save_model first"):
@@ -173,3 +173,19 @@ def test_without_a_checkout_the_commit_is_the_one_pip_recorded(monkeypatch, tmp_
     monkeypatch.setattr(card_module, "__file__", str(tmp_path / "hp_mlm" / "ops" / "card.py"))
     monkeypatch.setattr(card_module.metadata, "distribution", lambda name: Installed())
     assert course_commit() == "abc123"
+
+
+def test_the_card_gives_the_logs_training_clock_named_so_not_the_phases_wall_time(
+    tmp_path, smoke_model, smoke_tokenizer
+):
+    """The job's ``train`` phase holds validation between epochs too; the log's training clock does not."""
+    from huggingface_hub import ModelCard
+
+    from hp_mlm.ops.report import _time_lines
+
+    folder = save_model(smoke_model, smoke_tokenizer, tmp_path / "model")
+    seconds = {"train": 319.4, "train_clock": 306.2, "total": 400.0}
+    write_model_card(folder, get_settings("smoke", environ={}), metrics={"run": {"device": "cpu"}, "seconds": seconds})
+    text = ModelCard.load(folder / "README.md").text
+    assert "training clock: 306 s (400 s for the whole job)" in text and "319" not in text
+    assert _time_lines(seconds) == ["time: training clock 306 s, whole job 400 s"]  # the log's words, the same number

@@ -89,3 +89,51 @@ def test_the_command_line_refuses_a_held_folder_before_loading_anything(holder, 
     assert status == 2 and line.startswith(f"error: another run (process {holder.pid} on ")
     assert line.endswith(f"(help: {PAGE}#another-run-is-training-into-the-output-folder)")
     assert sorted(p.name for p in folder.iterdir()) == [LOCK]  # nothing loaded, nothing written
+
+
+def test_a_run_refused_in_a_live_process_leaves_the_folder_free(folder):
+    """A notebook kernel (this process) asks for a run into a folder that holds a model, without
+    `overwrite`: refused, and a run in a terminal (another process) is not told that one is training."""
+    from hp_mlm.ops.job import run_job
+
+    (folder / "model").mkdir(parents=True)
+    with pytest.raises(FileExistsError, match="already holds a model"):
+        run_job(get_settings("smoke", environ={}, output_dir=str(folder)), log=lambda _: None)
+    taker = python(TAKER, str(folder), stderr=subprocess.PIPE)
+    assert taker.wait(timeout=60) == 0, taker.stderr.read()
+
+
+def test_a_plan_refused_by_its_checkpoint_leaves_the_folder_free(folder, smoke_tokenizer, smoke_model):
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    fit(smoke_model, smoke_tokenizer, rows, settings(), output_dir=folder)  # leaves a checkpoint
+    with pytest.raises(ValueError, match="cannot resume"):
+        plan_training(smoke_model, smoke_tokenizer, rows, settings().replace(seed=7), output_dir=folder, resume=True)
+    taker = python(TAKER, str(folder), stderr=subprocess.PIPE)
+    assert taker.wait(timeout=60) == 0, taker.stderr.read()
+
+
+def test_a_compiled_model_is_checkpointed_under_its_plain_names_and_resumes_either_way(
+    folder, smoke_tokenizer, smoke_model
+):
+    """``torch.compile`` wraps a model (its own keys start ``_orig_mod.``); the checkpoint names the
+    model's parameters, so a new session resumes it with or without the compile."""
+    import torch
+    from safetensors import safe_open
+
+    from hp_mlm.checkpoints import latest_checkpoint, save_model
+    from hp_mlm.models import build_smoke_model, load_model
+
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    compiled = torch.compile(smoke_model, backend="eager")  # the wrapper, without a compiler's minutes
+    fit(compiled, smoke_tokenizer, rows, settings(), output_dir=folder)
+    trained = {k: v.clone() for k, v in smoke_model.state_dict().items()}
+    with safe_open(str(latest_checkpoint(folder) / "model.safetensors"), "pt") as saved:
+        names = list(saved.keys())
+    assert names and not [n for n in names if "_orig_mod" in n]
+    for wrap in (lambda m: m, lambda m: torch.compile(m, backend="eager")):  # a new session, with or without
+        fresh = build_smoke_model(smoke_tokenizer, seed=1)
+        plan_training(wrap(fresh), smoke_tokenizer, rows, settings(), output_dir=folder, resume=True)
+        assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.items())
+        release_output_dir(folder)
+    reloaded = load_model(str(save_model(compiled, smoke_tokenizer, folder / "model"))).model
+    assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in trained.items())

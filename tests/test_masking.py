@@ -176,8 +176,10 @@ def test_a_vocabulary_of_only_special_tokens_cannot_draw_replacements():
     tok = BertTokenizerFast(
         vocab={t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]"])}
     )
+    assert len(replacement_ids(tok)) == 0
+    ids = torch.tensor([[2, 1, 5, 3]])
     with pytest.raises(ValueError, match="strategy='mask'"):
-        replacement_ids(tok)
+        mask_tokens(ids, ids > 3, tok, 1.0, torch.Generator().manual_seed(0), "bert")
 
 
 def test_frozen_masks_do_not_depend_on_which_rows_are_present(smoke_tokenizer):
@@ -242,3 +244,35 @@ def test_whole_words_without_word_pieces_are_refused_not_token_masking(tiny_voca
     with pytest.raises(ValueError, match=r"`masking` '\w+' finds words by WordPiece's '##' pieces.*BertTokenizer"):
         mask_tokens(ids, selectable, tok, 0.5, torch.Generator().manual_seed(0), strategy)
     mask_tokens(ids, selectable, tok, 0.5, torch.Generator().manual_seed(0), "mask")  # token masking still works
+
+
+@pytest.mark.parametrize("layout", ["[CLS] first", "no [CLS]", "padding on the left"])
+@pytest.mark.parametrize("strategy", ["whole_word", "entity"])
+def test_a_hand_built_row_that_opens_inside_a_word_masks_its_leading_pieces_as_a_word(
+    smoke_tokenizer, layout, strategy
+):
+    """A row whose first real token is a ``##`` piece, passed straight to ``mask_tokens``: its leading
+    pieces are masked exactly as a word written in their place would be (the same draws, the same
+    targets), never with ``[CLS]``'s draw; ``[CLS]`` is never a target."""
+    tok = smoke_tokenizer
+    before = {"[CLS] first": [tok.cls_token_id], "no [CLS]": [], "padding on the left": [tok.pad_token_id] * 2}
+    before["padding on the left"] += [tok.cls_token_id]
+    lead = len(before[layout])
+
+    def row(first: str) -> torch.Tensor:
+        body = tok.convert_tokens_to_ids([first, "##ast", "the", "wand", "l", "##ast"])
+        return torch.tensor([[*before[layout], *body, tok.sep_token_id]])
+
+    inside, word = row("##oke"), row("wand")  # the same row, but opening with a word's first piece
+    entity = torch.zeros_like(inside)
+    entity[0, lead : lead + 2] = 1  # the leading word is a name: drawn ENTITY_BOOST times as often
+    selectable = selectable_positions(inside, tok)
+    assert torch.equal(selectable, selectable_positions(word, tok))
+    for seed in range(200):
+        hits = [
+            mask_tokens(ids, selectable, tok, 0.3, torch.Generator().manual_seed(seed), strategy, entity)[1][0]
+            != IGNORE_INDEX
+            for ids in (inside, word)
+        ]
+        assert torch.equal(hits[0], hits[1]), seed
+        assert not hits[0][~selectable[0]].any()  # [CLS], [SEP] and padding never

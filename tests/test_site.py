@@ -80,6 +80,16 @@ def test_links_to_files_outside_the_site_point_at_github_and_the_rest_stay():
     assert "```\n[e](../ARCHITECTURE.md)\n```" in out and "![img](fig.png)" in out  # code and images as written
 
 
+def test_the_set_up_page_shows_the_courses_own_version(tmp_path):
+    from hp_mlm import __version__
+    from hp_mlm.ops.site import SETUP_PAGE, stage
+
+    stage(ROOT, tmp_path / "src")
+    title, blank, stamp = (tmp_path / "src" / SETUP_PAGE).read_text(encoding="utf-8").splitlines()[:3]
+    assert title == "# Setting up a machine" and not blank
+    assert stamp.startswith(f"This site shows hp-mlm {__version__}; ")
+
+
 # --- the built site in a browser -----------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):

@@ -139,3 +139,12 @@ def test_a_notebook_without_widgets_gets_the_tables_as_html_beside_the_text(mode
     assert options == {"raw": True} and set(data) == {"text/html", "text/plain"}
     assert data["text/plain"] == format_text(result) and data["text/html"].count("<caption>mask 1</caption>") == 2
     assert '"tanner" at mask 1' in data["text/html"]
+
+
+def test_the_token_view_lists_words_never_special_tokens(smoke_model, smoke_tokenizer):
+    specials = smoke_tokenizer.all_special_tokens
+    tuned = boosted(smoke_model, smoke_tokenizer, *specials, by=50.0)  # the specials first in its logits
+    result = before_after(smoke_model, tuned, smoke_tokenizer, SENTENCE, top_k=5, whole_words=False)
+    listed = [a["pieces"][0] for mask in result["masks"] for a in mask["tuned"] + mask["stock"]]
+    assert len(listed) == 10 and not set(listed) & set(specials)
+    assert not any(s in format_text(result) for s in specials if s != "[MASK]")  # the sentence shows its [MASK]

@@ -106,7 +106,7 @@ every {{ watch_every }} optimiser steps; the corpus's word came first at:
 {% for name, value in settings -%}
 | `{{ name }}` | {{ value }} |
 {% endfor %}
-Trained on {{ device }} in {{ precision }}{{ processes }}; training took {{ train_time }}{{ total_time }}.
+Trained on {{ device }} in {{ precision }}{{ processes }}; training clock: {{ train_time }}{{ total_time }}.
 {%- if upcast %} The base checkpoint is stored in {{ upcast }}; its weights were loaded and kept in float32 (the
 weights AdamW updates; the precision above is the autocast of the passes).{% endif %}
 Rows: {{ data }}. Made with the course at commit {{ commit }}.
@@ -186,7 +186,7 @@ def card_summary(
         before, after: ``evaluation.evaluate`` results on the frozen held-out rows.
     Returns:
         A JSON-able dict: ``settings`` (those in ``SETTINGS_SHOWN``), ``held_out`` ({"before", "after"}),
-        ``probes``, ``run``, ``seconds`` (``train``, ``total``), ``data``, ``watch`` (``every`` and
+        ``probes``, ``run``, ``seconds`` (``train_clock``: the loop's own clock, as the log says it; ``total``), ``data``, ``watch`` (``every`` and
         ``first_right``: when each example's word came first, ``course.watch``); missing parts are absent.
     """
     settings = settings.as_dict() if isinstance(settings, Settings) else dict(settings)
@@ -198,13 +198,14 @@ def card_summary(
         summary["watch"] = {"every": watch["every"], "first_right": watch["first_right"]}
     if history:
         summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
-        summary["seconds"] = {"train": sum(e["seconds"] for e in history["epochs"])}
+        summary["seconds"] = {"train_clock": sum(e["seconds"] for e in history["epochs"])}
         held["after"] = history.get("final_validation") or history["epochs"][-1].get("validation")
     if metrics:
         held.update({k: metrics[k] for k in ("before", "after") if k in metrics})
         summary["run"] = metrics.get("run", summary.get("run"))
         seconds = metrics.get("seconds", {})
-        summary["seconds"] = {k: seconds[k] for k in ("train", "total") if k in seconds}
+        # the log's training clock, not the train phase's wall time (which holds validation between epochs)
+        summary["seconds"] = {k: seconds[k] for k in ("train_clock", "total") if k in seconds}
         if "before" in metrics.get("probes", {}):
             summary["probes"] = {w: {k: metrics["probes"][w][k] for k in PROBES} for w in ("before", "after")}
         data = metrics.get("data", {})
@@ -287,7 +288,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "precision": run.get("precision", s.get("precision", "?")),
         "processes": f", {run['processes']} processes" if run.get("processes", 1) > 1 else "",
         "upcast": run.get("checkpoint_dtype") if run.get("checkpoint_dtype") in ("float16", "bfloat16") else None,
-        "train_time": f"{seconds['train']:.0f} s" if "train" in seconds else "a time not recorded",
+        "train_time": f"{seconds['train_clock']:.0f} s" if "train_clock" in seconds else "a time not recorded",
         "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
         "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",
         "commit": f"`{commit}`" if commit else "unknown (not run from a git checkout)",

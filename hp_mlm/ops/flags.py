@@ -8,6 +8,8 @@ Only the command line speaks of flags; step modules name the setting (``batch_si
 from __future__ import annotations
 
 import argparse
+import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from typing import Any
@@ -163,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "doctor", help="check this machine for the course: versions, device, Hub, cache, disk (see its --help)"
     )
+    parser.commands = sub.choices  # each command's parser, by name: its flags, its --help
     return parser
 
 
@@ -295,7 +298,28 @@ def as_flags(message: str) -> str:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag or choice gets one line (and a pointer to --help), not the whole usage."""
+    """argparse, but a bad flag or choice gets one line (and a pointer to --help), not the whole usage;
+    an on/off flag given a value (``--hidden-dropout 0.1``, ``--progress=0``) is named as a switch, with
+    the help of its command."""
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> argparse.Namespace:
+        args = sys.argv[1:] if args is None else list(args)
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:  # the first word argparse left over: a value given to an on/off flag?
+            command = getattr(self, "commands", {}).get(getattr(parsed, "command", None), self)
+            for action in command._actions:
+                follows = any(a in action.option_strings and b == extra[0] for a, b in zip(args, args[1:]))
+                if isinstance(action, argparse.BooleanOptionalAction) and follows:
+                    command.error(switch_given_a_value(*action.option_strings))
+            self.error(f"unrecognized arguments: {' '.join(extra)}")
+        return parsed
 
     def error(self, message: str):
+        if found := re.match(r"argument (--[\w-]+)/(--no-[\w-]+): ignored explicit argument", message):
+            message = switch_given_a_value(found[1], found[2])  # --switch=value
         self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
+def switch_given_a_value(on: str, off: str) -> str:
+    """The line for an on/off flag given a value: the flag takes none, ``on`` turns it on and ``off`` off."""
+    return f"{on} is an on/off switch and takes no value: {on} turns it on, {off} off"

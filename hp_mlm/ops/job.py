@@ -21,6 +21,7 @@ from hp_mlm.checkpoints import (
     clear_checkpoints,
     hold_output_dir,
     latest_checkpoint,
+    release_output_dir,
     save_model,
 )
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
@@ -123,43 +124,46 @@ def run_job(
     out = Path(settings.output_dir)
     state = process_state()  # under accelerate launch: every process trains, process 0 logs and writes
     log = log if state.is_main_process else (lambda _: None)
-    probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log, candidates)
-    prep = prepare(settings, inputs_checked=True)
-    log_data(prep, log)
-    if note := auto_note(settings, prep):
-        log(note)
-    if note := upcast_note(prep.loaded.name):
-        log(
-            f"{note} (the weights AdamW updates: its small steps round away in half precision; `precision` is the autocast)"
-        )
-    seconds = dict(prep.seconds)
-    phase = time.perf_counter()
-    tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
-    words = freeze_whole_words(prep.validation_tokens, tok, s.mlm_probability, s.seed)
-    before = measure(prep, prep.loaded.model, "before", words, probe_list)
-    seconds["evaluate_before"] = time.perf_counter() - phase
-    log_before_training(prep, before, state.num_processes, log)
-    history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every))
-    phase = time.perf_counter()
-    after["probes"] = predict(prep, probe_list)
-    seconds["predict"] = time.perf_counter() - phase
-    metrics = collect_metrics(prep, before, after, history, seconds)
-    phase = time.perf_counter()
-    if state.is_main_process:
-        save_outputs(prep, history, metrics, out, push_to_hub)
-    seconds["save"] = time.perf_counter() - phase
-    seconds["total"] = time.perf_counter() - started
-    if state.is_main_process:  # everything the run made is written before any upload
-        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
-    if push_to_hub and state.is_main_process:
-        try:
-            metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
-            log(f"uploaded to {metrics['pushed_to']}")
-        except PushError as error:  # all of the above is kept; the caller says it after the report
-            metrics["push_error"] = str(error)
-        atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
-    state.wait_for_everyone()
-    return metrics
+    try:  # a run refused or failed in a live process (a notebook kernel) leaves the folder free
+        probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log, candidates)
+        prep = prepare(settings, inputs_checked=True)
+        log_data(prep, log)
+        if note := auto_note(settings, prep):
+            log(note)
+        if note := upcast_note(prep.loaded.name):
+            log(
+                f"{note} (the weights AdamW updates: its small steps round away in half precision; `precision` is the autocast)"
+            )
+        seconds = dict(prep.seconds)
+        phase = time.perf_counter()
+        tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
+        words = freeze_whole_words(prep.validation_tokens, tok, s.mlm_probability, s.seed)
+        before = measure(prep, prep.loaded.model, "before", words, probe_list)
+        seconds["evaluate_before"] = time.perf_counter() - phase
+        log_before_training(prep, before, state.num_processes, log)
+        history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every))
+        phase = time.perf_counter()
+        after["probes"] = predict(prep, probe_list)
+        seconds["predict"] = time.perf_counter() - phase
+        metrics = collect_metrics(prep, before, after, history, seconds)
+        phase = time.perf_counter()
+        if state.is_main_process:
+            save_outputs(prep, history, metrics, out, push_to_hub)
+        seconds["save"] = time.perf_counter() - phase
+        seconds["total"] = time.perf_counter() - started
+        if state.is_main_process:  # everything the run made is written before any upload
+            atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+        if push_to_hub and state.is_main_process:
+            try:
+                metrics["pushed_to"] = upload_model(out / MODEL_DIR, push_to_hub)
+                log(f"uploaded to {metrics['pushed_to']}")
+            except PushError as error:  # all of the above is kept; the caller says it after the report
+                metrics["push_error"] = str(error)
+            atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+        state.wait_for_everyone()
+        return metrics
+    finally:
+        release_output_dir(out)
 
 
 def check_before_loading(

@@ -15,7 +15,8 @@ repository's files stay as they are:
 - a link to a file of the repository that is not a page of the site (``ARCHITECTURE.md``,
   ``benchmarks/...``) becomes a link to that file on GitHub.
 
-- a notebook without a Colab badge at its top (the solutions) gets one, as the episodes have.
+- a notebook without a Colab badge at its top (the solutions) gets one, as the episodes have;
+- the set-up page (``docs/setup.md``) gets the course's own version under its title.
 
 Everything else renders as written: the episodes' Colab badges, the collapsed
 ``<details>`` solutions, links to headings of other pages (``glossary.md#perplexity``, GitHub's
@@ -40,6 +41,8 @@ PAGES = ("README.md", "docs/*.md", "notebooks/[0-9]*.ipynb", "notebooks/solution
 HOME, INDEX, IMAGES = Path("README.md"), Path("index.md"), Path("docs") / "images"
 REPOSITORY_NAME = "hp-mlm/hp-mlm"
 REPOSITORY = f"https://github.com/{REPOSITORY_NAME}"
+#: The set-up page, which the site stamps with the course's version (:func:`course_version`).
+SETUP_PAGE = Path("docs") / "setup.md"
 COLAB = "https://colab.research.google.com"
 FIGURE = "*Figure:* "
 LINK = re.compile(r"(?<!!)(\[[^\]]*\]\()([^)\s]+)(\))")
@@ -123,8 +126,20 @@ def stage(root: Path, src: Path) -> list[Path]:
             text = json.dumps(notebook, ensure_ascii=False, indent=1)
         else:
             text = outside_links(text, page, set(pages), root)
+        if page == SETUP_PAGE:
+            text = course_version(text)
         (src / page).write_text(text, encoding="utf-8")
     return pages
+
+
+def course_version(markdown: str) -> str:
+    """The set-up page with the course's own version under its title: the libraries' versions are on
+    ``doctor``'s screen, and its ``hp-mlm`` line is the version installed, to compare with the site's."""
+    import hp_mlm
+
+    title, _, rest = markdown.partition("\n")
+    stamp = f"This site shows hp-mlm {hp_mlm.__version__}; the `hp-mlm` line of `python -m hp_mlm doctor` names the one installed."
+    return f"{title}\n\n{stamp}\n{rest}"
 
 
 def build(out: str | Path = ROOT / "build" / "site", root: Path = ROOT, quiet: bool = True) -> Path:

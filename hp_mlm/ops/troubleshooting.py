@@ -59,7 +59,6 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "this-precision-cannot-run-here": ("common.resolve_precision", "common.autocast"),
     "masking-cannot-run-with-this-tokenizer": (
         "masking.mask_tokens",
-        "tokens.replacement_ids",
         "tokens.require_word_pieces",
     ),
     "the-output-folder-already-holds-a-model": ("ops.job.check_output_dir", "ops.job.check_before_loading"),
