@@ -96,6 +96,7 @@ class WatchLearning(Callback):
             self.log = print
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
+        self.record["planned"] = {"steps": plan.total_steps, "epochs": plan.settings.epochs}  # see run_ending
         self.record.setdefault("first_right", self.first_right())
         if self.every and not self.record["frames"]:  # step 0, or where a run resumed without its frames
             last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
@@ -180,6 +181,42 @@ def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     frames = watch["frames"]
     turned = {hit["step"] for hit in watch["first_right"] if hit["step"] is not None}
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
+
+
+def stopped_early(history: dict[str, Any]) -> str:
+    """Why a watched run (``history["watch"]["planned"]`` kept) trained less than it planned, in words
+    (``"the time budget stopped it at optimiser step 3 of 480"``), or "" when it trained every epoch."""
+    planned, epochs = history.get("watch", {}).get("planned"), history.get("epochs") or [{}]
+    if not planned or not epochs[-1]:
+        return ""
+    if history.get("early_stopping"):
+        return f"early stopping ended it after epoch {epochs[-1]['epoch']} of {planned['epochs']}"
+    if "batches_done" in epochs[-1] or epochs[-1]["epoch"] < planned["epochs"]:  # a time budget cut the run short
+        return f"the time budget stopped it at optimiser step {history['optimizer_steps']} of {planned['steps']}"
+    return ""
+
+
+def run_ending(history: dict[str, Any], again: str = "run the notebook again from the top") -> str:
+    """What a watched run's end means, for a learner: "" when an example's corpus word came first during
+    training (a frame after step 0); else a few sentences saying why none did (a time budget, early
+    stopping, or a run too short for this model), that this is a normal ending and the model is saved
+    all the same, and what to do next. ``history``: a run's history with its ``"watch"`` record;
+    ``again``: how this run is started again (the main job: the same command with ``--resume``)."""
+    watch = history.get("watch") or {}
+    if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"]):
+        return ""
+    steps, why = history["optimizer_steps"], stopped_early(history)
+    if "time budget" in why:
+        more = f"{again}: training continues from its checkpoint for another budget"
+    else:
+        why = why or f"it trained all {steps} steps it planned, too few for this model"
+        more = "train longer (more epochs: HP_MLM_EPOCHS; or a larger early_stopping_patience)"
+    return (
+        f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. That is a normal ending, "
+        "not a fault: the model is saved as it is, and notebook 04 evaluates it. To see the words turn, "
+        f"{more}; or use the trained model a teacher hands out (`python -m hp_mlm handout` makes it once, on "
+        "a fast machine; HP_MLM_TRAINED_MODEL pointed at it makes notebook 04 evaluate that model)."
+    )
 
 
 def in_kernel() -> bool:
