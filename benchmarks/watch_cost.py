@@ -25,7 +25,15 @@ from pathlib import Path
 import torch
 
 from hp_mlm.common import atomic_write_text, autocast, cpu_has_native_bf16
-from hp_mlm.course.watch import FRAME_SECONDS, FRAMES, REDRAW_SECONDS, SHOWN, LearningCurves, RunLine
+from hp_mlm.course.watch import (
+    CURVE_SPACING,
+    FRAME_SECONDS,
+    FRAMES,
+    REDRAW_SECONDS,
+    SHOWN,
+    LearningCurves,
+    RunLine,
+)
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.models import load_tokenizer
 
@@ -106,14 +114,14 @@ def main() -> None:
         f"| a frame ({len(EXAMPLE_SENTENCES)} example sentences + {args.probes} probes, top-{SHOWN}) | "
         f"{frame:.3f} [{min(frames):.3f}, {max(frames):.3f}] |",
         f"| a training step (16 x {args.max_length}, {precision}) | {step:.2f} [{min(steps):.2f}, {max(steps):.2f}] |",
-        "",
-        f"| a notebook's redraw between frames (the curves of {args.steps} steps as a PNG, and the line) | "
-        f"{redraw:.3f} |",
+        f"| a notebook's redraw of the loss curve between frames ({args.steps} steps, a PNG) | {redraw:.3f} |",
         "",
         f"A run of {args.steps} steps with {FRAMES + 1} frames: the frames cost {share:.2%} of its training clock here.",
-        f"On a slow machine the watch adds at most a redraw per {REDRAW_SECONDS} s of wall clock "
-        f"({redraw / REDRAW_SECONDS:.1%}) and a frame per {FRAME_SECONDS} s of training ({frame / FRAME_SECONDS:.2%}); "
-        "where frames come more often than that (a fast machine), neither adds anything.",
+        f"On a slow machine the watch adds at most a frame per {FRAME_SECONDS} s of training "
+        f"({frame / FRAME_SECONDS:.2%} here), and between frames a line of text every {REDRAW_SECONDS} s and the "
+        f"curve every {max(REDRAW_SECONDS, CURVE_SPACING * redraw):.0f} s of wall clock "
+        f"({redraw / max(REDRAW_SECONDS, CURVE_SPACING * redraw):.2%}); where frames come more often than that "
+        "(a fast machine), none of these adds anything.",
     ]
     if t4_step:
         gpu_frame = frame * (step and t4_step / step) * 3  # a frame's small batches use a GPU worse than a step: x3

@@ -159,10 +159,10 @@ class _Clock:
         return self.now
 
 
-def _watched_run(tokenizer, monkeypatch, step_seconds: float, steps: int, every: int = 40):
+def _watched_run(tokenizer, monkeypatch, step_seconds: float, steps: int, every: int = 40, plot_seconds: float = 0):
     """Drive a notebook's watch (display handles faked) through ``steps`` steps of ``step_seconds`` each, on
-    the wall clock and the training clock alike; returns the watch, what was drawn ``[(time, kind)]`` and
-    how many times the model was scored."""
+    the wall clock and the training clock alike, a plot of the curves taking ``plot_seconds``; returns the
+    watch, what was drawn ``[(time, kind)]`` and how many times the model was scored."""
     import hp_mlm.course.watch as watch_module
 
     clock, drawn, scored = _Clock(), [], []
@@ -170,9 +170,10 @@ def _watched_run(tokenizer, monkeypatch, step_seconds: float, steps: int, every:
     class Handle:
         def update(self, item):
             drawn.append((clock.now, type(item).__name__))
+            clock.now += plot_seconds if isinstance(item, LearningCurves) else 0
 
     def display(item, display_id=False):
-        drawn.append((clock.now, type(item).__name__))
+        Handle().update(item)
         return Handle()
 
     fill_mask = watch_module.fill_mask
@@ -217,3 +218,14 @@ def test_the_run_line_says_the_step_the_loss_and_the_training_time_left():
     budgeted = RunLine({"step": 58, "seconds": 580.0}, 480, 600.0, losses)  # a 10 min budget: 20 s left
     assert repr(budgeted).endswith("about 0.3 min of training left")
     assert repr(RunLine({"step": 0, "seconds": 0.0}, 480, float("inf"), [])) == "step 0 of 480: training starts"
+
+
+def test_where_a_plot_is_slow_the_line_still_moves_every_15_s_and_the_curve_keeps_to_1_percent(
+    smoke_tokenizer, monkeypatch
+):
+    watch, drawn, _ = _watched_run(smoke_tokenizer, monkeypatch, step_seconds=9.0, steps=100, plot_seconds=1.0)
+    lines = [t for t, kind in drawn if kind == "RunLine"]
+    assert max(b - a for a, b in zip(lines, lines[1:])) <= 15
+    curves, frames = sum(kind == "LearningCurves" for _, kind in drawn), len(watch.record["frames"])
+    wall = drawn[-1][0] - drawn[0][0]
+    assert curves - frames <= wall / 100 + 1  # between frames, a curve per 100 s of a 1 s plot

@@ -46,6 +46,9 @@ SHOWN = 3
 #: Wall-clock seconds at most between two redraws of a notebook's view: the loss curve so far, the step and
 #: the time left, without scoring the model (a slow machine's steps would leave it still for minutes).
 REDRAW_SECONDS = 15
+#: A redraw renders the loss curve (a PNG) only where that keeps it under 1/this of the wall clock: on a
+#: machine where a plot takes 0.5 s, every 50 s (the line, text, is redrawn every time).
+CURVE_SPACING = 100
 #: Seconds of training at most between two frames: a frame is due every ``every`` steps, or sooner when the
 #: next step would pass this (a slow machine); a fast one never meets it, and the cost it adds is at most
 #: one frame per this many seconds.
@@ -106,6 +109,7 @@ class WatchLearning(Callback):
         self.log, self.handles = log, None
         self.total, self.budget = plan.total_steps, time_budget(plan).seconds  # for the time left
         self.drawn = self.stepped = time.monotonic()  # wall clock of the last redraw, and of the last step
+        self.curve = {"at": self.drawn, "seconds": 0.0}  # when the curves were last drawn, and what that took
         if log is None and not in_kernel():
             self.log = print
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
@@ -196,14 +200,17 @@ class WatchLearning(Callback):
         else:
             for handle, item in zip(self.handles, shown):
                 handle.update(item)
-        self.drawn = time.monotonic()
+        self.drawn = self.curve["at"] = time.monotonic()
 
     def redraw(self) -> None:
-        """Between frames, in a notebook: the loss curve so far and the line (step, time left) redrawn in
-        place; no model is run, so it costs a plot (its seconds are the watch's, off the training clock)."""
-        started = time.perf_counter()
-        for handle, item in zip(self.handles[1:], self.moving()):
-            handle.update(item)
+        """Between frames, in a notebook: the line (step, loss, time left) redrawn in place, and the loss
+        curve so far where its plot's cost allows (``CURVE_SPACING``); no model is run (its seconds are the
+        watch's, off the training clock)."""
+        started, now, (curves, line) = time.perf_counter(), time.monotonic(), self.moving()
+        if now - self.curve["at"] >= CURVE_SPACING * self.curve["seconds"]:
+            self.handles[1].update(curves)
+            self.curve = {"at": time.monotonic(), "seconds": time.perf_counter() - started}
+        self.handles[2].update(line)
         self.drawn = time.monotonic()
         self.record["seconds"] += time.perf_counter() - started
 
