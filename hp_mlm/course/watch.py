@@ -9,10 +9,11 @@ probe, about 20 times the cost of the rest of a frame, so the watch leaves those
 redraws one display in place: a table *step -> guesses*, a row per frame so that the history stays on
 screen, the loss curve so far beside the probe count, and a line with the step and the time left. On a
 slow machine a frame also comes when the next step would pass ``FRAME_SECONDS`` of training since the
-last one, and between frames the notebook's curves and line are redrawn (no scoring) whenever the next
-step would pass ``REDRAW_SECONDS`` of wall clock since the last redraw, so the screen moves. In Jupyter and Colab it updates through
-``IPython.display`` display handles (no widget front end), so a saved notebook keeps the last frame;
-elsewhere it writes one line per frame.
+last one, and between frames the notebook's line (and its curves, where their plot is cheap enough) is
+redrawn, scoring nothing, whenever the next step would pass ``REDRAW_SECONDS`` of wall clock since the
+last redraw: the screen moves. In Jupyter and Colab it updates through ``IPython.display`` display
+handles (no widget front end), so a saved notebook keeps the last frame; elsewhere it writes one line
+per frame.
 
 It does not change the run: scoring runs in eval mode under ``torch.inference_mode``, draws no random
 numbers, and the loop keeps callbacks off its training clock; its own cost is ``seconds``. The frames go
@@ -236,7 +237,7 @@ def stopped_early(history: dict[str, Any]) -> str:
         return ""
     if history.get("early_stopping"):
         return f"early stopping ended it after epoch {epochs[-1]['epoch']} of {planned['epochs']}"
-    if "batches_done" in epochs[-1] or epochs[-1]["epoch"] < planned["epochs"]:  # a time budget cut the run short
+    if "batches_done" in epochs[-1] or epochs[-1]["epoch"] < (planned["epochs"] or 0):  # a time budget cut it short
         return f"the time budget stopped it at optimiser step {history['optimizer_steps']} of {planned['steps']}"
     return ""
 
@@ -257,8 +258,9 @@ def run_ending(history: dict[str, Any], again: str = "run the notebook again fro
         why = why or f"it trained all {steps} steps it planned, too few for this model"
         more = "train longer (more epochs: HP_MLM_EPOCHS; or a larger early_stopping_patience)"
     return (
-        f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. That is a normal ending, "
-        "not a fault: the model is saved as it is, and notebook 04 evaluates it. To see the words turn, "
+        f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. "
+        "That is a normal ending, not a fault: the model is saved as it is, and notebook 04 evaluates it. To see "
+        "the words turn, "
         f"{more}; or use the trained model a teacher hands out (`python -m hp_mlm handout` makes it once, on "
         "a fast machine; HP_MLM_TRAINED_MODEL pointed at it makes notebook 04 evaluate that model)."
     )
