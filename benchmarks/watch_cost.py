@@ -1,4 +1,5 @@
-"""What the watch (``course.watch``) costs at bert-base size: one frame beside one training step.
+"""What the watch (``course.watch``) costs at bert-base size: one frame beside one training step, and
+a notebook's redraw between frames (the curves and the line a slow machine gets every 15 s).
 
 At ``bert-base-uncased``'s shapes (``BertConfig()``, random weights: the same work as the real model), on
 this machine's CPU: a frame as ``WatchLearning.frame`` scores it (the books' four example sentences,
@@ -24,7 +25,15 @@ from pathlib import Path
 import torch
 
 from hp_mlm.common import atomic_write_text, autocast, cpu_has_native_bf16
-from hp_mlm.course.watch import FRAMES, SHOWN
+from hp_mlm.course.watch import (
+    CURVE_SPACING,
+    FRAME_SECONDS,
+    FRAMES,
+    REDRAW_SECONDS,
+    SHOWN,
+    LearningCurves,
+    RunLine,
+)
 from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
 from hp_mlm.models import load_tokenizer
 
@@ -39,6 +48,16 @@ def frame_seconds(model, tokenizer, probes: int) -> float:
     started = time.perf_counter()
     with torch.inference_mode():
         fill_mask(model, tokenizer, sentences, top_k=SHOWN)
+    return time.perf_counter() - started
+
+
+def redraw_seconds(steps: int) -> float:
+    """A notebook's redraw between frames: the curves of ``steps`` losses rendered to a PNG, and the line."""
+    losses = [(n, 7.0 - n / steps) for n in range(1, steps + 1)]
+    frames = [{"step": n, "probes_right": 0, "probes": 0} for n in range(0, steps + 1, max(1, steps // FRAMES))]
+    started = time.perf_counter()
+    LearningCurves(losses, frames)._repr_mimebundle_()
+    repr(RunLine({"step": steps, "seconds": steps * 6.0}, steps, float("inf"), losses))
     return time.perf_counter() - started
 
 
@@ -78,6 +97,8 @@ def main() -> None:
         frames.append(frame_seconds(model, tokenizer, args.probes))
         steps.append(step_seconds(model, optimizer, ids, chosen, precision))
     frame, step = statistics.median(frames), statistics.median(steps)
+    redraw_seconds(args.steps)  # warm-up: matplotlib's fonts
+    redraw = statistics.median(redraw_seconds(args.steps) for _ in range(args.rounds))
     share = (FRAMES + 1) * frame / (args.steps * step)
     t4_step = T4_STEP_SECONDS.get(str(args.max_length))
     cpu = platform.processor() or platform.machine()
@@ -93,8 +114,14 @@ def main() -> None:
         f"| a frame ({len(EXAMPLE_SENTENCES)} example sentences + {args.probes} probes, top-{SHOWN}) | "
         f"{frame:.3f} [{min(frames):.3f}, {max(frames):.3f}] |",
         f"| a training step (16 x {args.max_length}, {precision}) | {step:.2f} [{min(steps):.2f}, {max(steps):.2f}] |",
+        f"| a notebook's redraw of the loss curve between frames ({args.steps} steps, a PNG) | {redraw:.3f} |",
         "",
         f"A run of {args.steps} steps with {FRAMES + 1} frames: the frames cost {share:.2%} of its training clock here.",
+        f"On a slow machine the watch adds at most a frame per {FRAME_SECONDS} s of training "
+        f"({frame / FRAME_SECONDS:.2%} here), and between frames a line of text every {REDRAW_SECONDS} s and the "
+        f"curve every {max(REDRAW_SECONDS, CURVE_SPACING * redraw):.0f} s of wall clock "
+        f"({redraw / max(REDRAW_SECONDS, CURVE_SPACING * redraw):.2%}); where frames come more often than that "
+        "(a fast machine), none of these adds anything.",
     ]
     if t4_step:
         gpu_frame = frame * (step and t4_step / step) * 3  # a frame's small batches use a GPU worse than a step: x3

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import committed, committed_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "hp_mlm"
@@ -338,12 +339,9 @@ def test_the_code_is_formatted_and_lint_clean():
 def notebook_imports(notebook: Path) -> set[str]:
     """The hp_mlm modules a notebook's code cells import (``from hp_mlm.studies import library`` counts as
     ``studies.library``)."""
-    import json
     import re
 
-    code = "\n".join(
-        "".join(c["source"]) for c in json.loads(notebook.read_text())["cells"] if c["cell_type"] == "code"
-    )
+    code = "\n".join("".join(c["source"]) for c in committed_notebook(notebook)["cells"] if c["cell_type"] == "code")
     found = set(re.findall(r"from hp_mlm\.([\w.]+) import", code)) | set(
         re.findall(r"^\s*import hp_mlm\.([\w.]+)", code, re.M)
     )
@@ -359,5 +357,5 @@ def test_the_architecture_page_names_what_each_notebook_imports():
     page = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     rows = re.findall(r"^\| (\d\d) [^|]+\|([^|]+)\|([^|]+)\|$", page, re.M)
     named = {number: set(re.findall(r"`([\w.]+)`", core_cell + areas_cell)) for number, core_cell, areas_cell in rows}
-    notebooks = {p.name[:2]: notebook_imports(p) for p in sorted((ROOT / "notebooks").glob("0*.ipynb"))}
+    notebooks = {p.name[:2]: notebook_imports(p) for p in committed("notebooks/0*.ipynb")}
     assert named == notebooks

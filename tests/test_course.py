@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import committed_notebook
 
 from hp_mlm.config import get_settings
 from hp_mlm.course.episodes import (
@@ -61,7 +62,8 @@ from tidy import FRAME_TABLE, episodes, machine_times  # noqa: E402
 
 
 def load(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8"))
+    """A notebook as the repository holds it, not as a run in place left it (``helpers.committed_notebook``)."""
+    return committed_notebook(path)
 
 
 def text(cell: dict) -> str:

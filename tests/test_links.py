@@ -3,18 +3,17 @@ the file exists and, for ``file#anchor``, the heading does (no network: web addr
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
-from helpers import markdown_anchors
+from helpers import committed, committed_notebook, markdown_anchors
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = sorted(
-    [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *(ROOT / "docs").glob("*.md")]
-    + list((ROOT / ".github").rglob("*.md"))
-    + list((ROOT / "notebooks").rglob("*.ipynb"))
+SOURCES = sorted(  # the repository's, not a learner's (JupyterLab's .ipynb_checkpoints/ copies)
+    [ROOT / "README.md", ROOT / "benchmarks" / "README.md", *committed("docs/*.md")]
+    + committed(".github/**/*.md")
+    + committed("notebooks/**/*.ipynb")
 )
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
@@ -22,7 +21,7 @@ LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 def markdown_of(path: Path) -> str:
     """A Markdown file's text, or a notebook's markdown cells joined."""
     if path.suffix == ".ipynb":
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        cells = committed_notebook(path)["cells"]
         return "\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     return path.read_text(encoding="utf-8")
 

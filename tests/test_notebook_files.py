@@ -24,9 +24,10 @@ import tokenize
 from pathlib import Path
 
 import pytest
+from helpers import committed, committed_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+NOTEBOOKS = committed("notebooks/*.ipynb") + committed("notebooks/solutions/*.ipynb")
 KERNEL = "python3"
 TEST_COMMAND = re.compile(r"pytest\s+(?:-n auto --dist loadfile\s+)?--nbval[^`\n]*")
 
@@ -182,17 +183,17 @@ def test_there_are_notebooks():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_committed_notebook_names_the_python3_kernel(path):
-    assert kernel_problems(json.loads(path.read_text(encoding="utf-8"))) == []
+    assert kernel_problems(committed_notebook(path)) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_compared_cell_of_a_committed_notebook_ends_in_a_semicolon(path):
-    assert semicolon_problems(json.loads(path.read_text(encoding="utf-8"))) == []
+    assert semicolon_problems(committed_notebook(path)) == []
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_no_committed_output_says_iprogress_not_found(path):
-    assert iprogress_problems(json.loads(path.read_text(encoding="utf-8"))) == []
+    assert iprogress_problems(committed_notebook(path)) == []
 
 
 @pytest.mark.parametrize("name", ["README.md", ".ci/run"])

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import committed, committed_notebook
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -38,7 +39,8 @@ MAX_NOTEBOOK_BYTES = 1_500_000
 
 
 def load(name: str) -> dict:
-    return json.loads((NOTEBOOKS / name).read_text(encoding="utf-8"))
+    """The notebook as the repository holds it, not as a run in place left it (``helpers.committed_notebook``)."""
+    return committed_notebook(NOTEBOOKS / name)
 
 
 def source(cell: dict) -> str:
@@ -80,7 +82,7 @@ def python_only(code: str) -> str:
 
 
 def test_the_notebooks_are_the_steps_numbered_without_gaps():
-    found = sorted(p.name for p in NOTEBOOKS.glob("*.ipynb"))
+    found = sorted(p.name for p in committed("notebooks/*.ipynb"))
     assert found == EXPECTED
     numbers = [int(re.fullmatch(r"(\d\d)_[a-z_]+\.ipynb", name).group(1)) for name in found]
     assert numbers == list(range(len(EXPECTED)))

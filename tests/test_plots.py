@@ -1,15 +1,13 @@
 """What the plots draw, read back from the figures (nbval compares no image: a figure's bytes differ between machines)."""
 
-import json
-from pathlib import Path
-
 import matplotlib
+from helpers import committed, committed_notebook
 
 matplotlib.use("Agg")
 
 from hp_mlm.course.plots import plot_before_after, plot_loss_curve, plot_options, plot_token_lengths  # noqa: E402
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").rglob("*.ipynb"))
+NOTEBOOKS = committed("notebooks/**/*.ipynb")  # the repository's, not a learner's JupyterLab copies
 
 
 def two_epoch_history():
@@ -101,7 +99,7 @@ def test_no_checked_notebook_cell_compares_a_figure_and_no_widget_is_saved():
     matplotlib-inline versions; widget views saved without their state break GitHub's renderer."""
     assert len(NOTEBOOKS) >= 6
     for path in NOTEBOOKS:
-        notebook = json.loads(path.read_text(encoding="utf-8"))
+        notebook = committed_notebook(path)
         assert "widgets" not in notebook.get("metadata", {}), path.name
         for cell in notebook["cells"]:
             outputs = cell.get("outputs", [])

@@ -9,7 +9,6 @@ screenshots are saved in ``build/site-screenshots/`` (the home page, and noteboo
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import pytest
+from helpers import committed, committed_notebook
 
 from hp_mlm.ops.site import PAGES, REPOSITORY, build, colab_badge, figure_alt_text, outside_links
 
@@ -25,7 +25,7 @@ from hp_mlm.ops.site import PAGES, REPOSITORY, build, colab_badge, figure_alt_te
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
 ROOT = Path(__file__).resolve().parents[1]
 SCREENSHOTS = ROOT / "build" / "site-screenshots"
-NOTEBOOKS = sorted(p.relative_to(ROOT) for pattern in PAGES[2:] for p in ROOT.glob(pattern))
+NOTEBOOKS = sorted(p.relative_to(ROOT) for pattern in PAGES[2:] for p in committed(pattern))
 
 
 def missing(reason: str) -> None:
@@ -172,7 +172,7 @@ def test_every_page_renders_its_title_and_every_notebook_its_code_cells_and_cola
         page = "index.html" if source.name == "README.md" else page_of(source.relative_to(ROOT))
         assert pages[page]["title"] == heading[2:].strip()
     for source in NOTEBOOKS:
-        notebook = json.loads((ROOT / source).read_text(encoding="utf-8"))
+        notebook = committed_notebook(ROOT / source)
         seen = pages[page_of(source)]
         heading = re.search(r"^# (.+)$", "".join(notebook["cells"][0]["source"]), re.M)[1]
         assert seen["title"] == heading.replace("`", "").strip()
@@ -251,9 +251,7 @@ def test_solutions_start_collapsed_and_open_on_a_click(site, browser):
     for source in NOTEBOOKS:
         browser.get((site / page_of(source)).as_uri())
         blocks = browser.find_elements(By.CSS_SELECTOR, "details")
-        expected = sum(
-            "".join(c["source"]).count("<details>") for c in json.loads((ROOT / source).read_text())["cells"]
-        )
+        expected = sum("".join(c["source"]).count("<details>") for c in committed_notebook(ROOT / source)["cells"])
         assert len(blocks) == expected, f"{source}: {len(blocks)} solutions rendered of {expected}"
         for block in blocks:
             inside = block.find_elements(By.CSS_SELECTOR, ":scope > :not(summary)")

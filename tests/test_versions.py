@@ -329,10 +329,11 @@ def test_every_install_route_installs_ipywidgets(route, requirements):
 
 def test_colab_installs_the_package_with_its_dependencies():
     """The notebooks' first cell installs ``git+REPO_URL``: pyproject's dependencies, ipywidgets among them."""
-    import json
 
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
+    from helpers import committed, committed_notebook
+
+    for path in committed("notebooks/*.ipynb"):
+        cells = [c for c in committed_notebook(path)["cells"] if c["cell_type"] == "code"]
         first = "".join(cells[0]["source"])
         assert "git+{REPO_URL}" in first, f"{path.name}: the first cell no longer installs the package from REPO_URL"
         assert "--no-deps" not in first, f"{path.name}: --no-deps would skip the package's dependencies"

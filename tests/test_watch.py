@@ -144,3 +144,88 @@ def test_the_main_job_prints_the_frames_and_records_them(tmp_path):
     assert off.returncode == 0 and not [line for line in off.stdout.splitlines() if line.startswith("step ")]
     bad = run_cli("train", "--profile", "smoke", "--watch-every", "-3")
     assert bad.returncode == 2 and "--watch-every must be 0 (no watch) or a number of optimiser steps" in bad.stderr
+
+
+class _Clock:
+    """A fake ``time`` for the watch: the wall clock moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def _watched_run(tokenizer, monkeypatch, step_seconds: float, steps: int, every: int = 40, plot_seconds: float = 0):
+    """Drive a notebook's watch (display handles faked) through ``steps`` steps of ``step_seconds`` each, on
+    the wall clock and the training clock alike, a plot of the curves taking ``plot_seconds``; returns the
+    watch, what was drawn ``[(time, kind)]`` and how many times the model was scored."""
+    import hp_mlm.course.watch as watch_module
+
+    clock, drawn, scored = _Clock(), [], []
+
+    class Handle:
+        def update(self, item):
+            drawn.append((clock.now, type(item).__name__))
+            clock.now += plot_seconds if isinstance(item, LearningCurves) else 0
+
+    def display(item, display_id=False):
+        Handle().update(item)
+        return Handle()
+
+    fill_mask = watch_module.fill_mask
+    monkeypatch.setattr(watch_module, "time", clock)
+    monkeypatch.setattr(watch_module, "in_kernel", lambda: True)
+    monkeypatch.setattr("IPython.display.display", display)
+    monkeypatch.setattr(watch_module, "fill_mask", lambda *a, **k: scored.append(1) or fill_mask(*a, **k))
+    model = build_smoke_model(tokenizer)
+    plan = plan_training(model, tokenizer, tokenised(tokenizer, SENTENCES * 2), _settings(epochs=200))
+    watch = WatchLearning(plan, tokenizer, PROBES, every=every)
+    for n in range(1, steps + 1):
+        clock.now += step_seconds
+        watch.on_step(model, {"step": n, "loss": 5.0, "seconds": n * step_seconds})
+    return watch, drawn, len(scored)
+
+
+def test_on_a_slow_machine_the_view_moves_every_15_s_and_a_frame_comes_every_2_minutes(smoke_tokenizer, monkeypatch):
+    # 9 s a step, a frame due every 40 steps by count (6 min): the curves and the line move anyway, scoring nothing
+    watch, drawn, scored = _watched_run(smoke_tokenizer, monkeypatch, step_seconds=9.0, steps=100)
+    lines = [t for t, kind in drawn if kind == "RunLine"]
+    assert lines[0] == 1000.0 and lines[-1] == 1000.0 + 900  # from the first frame to the last step
+    assert max(b - a for a, b in zip(lines, lines[1:])) <= 15
+    frames = [f["seconds"] for f in watch.record["frames"]]
+    assert len(frames) > 100 // 40 + 1 and max(b - a for a, b in zip(frames, frames[1:])) <= 120
+    assert scored == len(frames)  # a redraw between frames runs no model
+    assert [kind for _, kind in drawn[:3]] == ["FramesTable", "LearningCurves", "RunLine"]
+
+
+def test_on_a_fast_machine_frames_come_every_watch_every_steps_and_redraws_are_rare(smoke_tokenizer, monkeypatch):
+    watch, drawn, scored = _watched_run(smoke_tokenizer, monkeypatch, step_seconds=0.2, steps=120, every=40)
+    assert [f["step"] for f in watch.record["frames"]] == [0, 40, 80, 120] and scored == 4
+    between = [t for t, kind in drawn if kind == "RunLine"]
+    assert len(between) <= 4 + 120 * 0.2 / 15 + 1  # a line per frame, and one per 15 s of wall clock
+
+
+def test_the_run_line_says_the_step_the_loss_and_the_training_time_left():
+    from hp_mlm.course.watch import RunLine
+
+    losses = [(n, 6.0 if n <= 48 else 5.0) for n in range(1, 59)]
+    line = RunLine({"step": 58, "seconds": 580.0}, 480, float("inf"), losses)
+    assert repr(line) == "step 58 of 480 · loss 5.000 · 10.0 s a step · about 70.3 min of training left"
+    budgeted = RunLine({"step": 58, "seconds": 580.0}, 480, 600.0, losses)  # a 10 min budget: 20 s left
+    assert repr(budgeted).endswith("about 0.3 min of training left")
+    assert repr(RunLine({"step": 0, "seconds": 0.0}, 480, float("inf"), [])) == "step 0 of 480: training starts"
+
+
+def test_where_a_plot_is_slow_the_line_still_moves_every_15_s_and_the_curve_keeps_to_1_percent(
+    smoke_tokenizer, monkeypatch
+):
+    watch, drawn, _ = _watched_run(smoke_tokenizer, monkeypatch, step_seconds=9.0, steps=100, plot_seconds=1.0)
+    lines = [t for t, kind in drawn if kind == "RunLine"]
+    assert max(b - a for a, b in zip(lines, lines[1:])) <= 15
+    curves, frames = sum(kind == "LearningCurves" for _, kind in drawn), len(watch.record["frames"])
+    wall = drawn[-1][0] - drawn[0][0]
+    assert curves - frames <= wall / 100 + 1  # between frames, a curve per 100 s of a 1 s plot

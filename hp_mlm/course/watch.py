@@ -7,9 +7,13 @@ sentences (``inference.examples``) and counts the probes with a one-token answer
 (``studies.probes``: the answer its first guess; a name of several pieces needs a whole-word beam per
 probe, about 20 times the cost of the rest of a frame, so the watch leaves those to the report), then
 redraws one display in place: a table *step -> guesses*, a row per frame so that the history stays on
-screen, and the loss curve so far beside the probe count. In Jupyter and Colab it updates through
-``IPython.display`` display handles (no widget front end), so a saved notebook keeps the last frame;
-elsewhere it writes one line per frame.
+screen, the loss curve so far beside the probe count, and a line with the step and the time left. On a
+slow machine a frame also comes when the next step would pass ``FRAME_SECONDS`` of training since the
+last one, and between frames the notebook's line (and its curves, where their plot is cheap enough) is
+redrawn, scoring nothing, whenever the next step would pass ``REDRAW_SECONDS`` of wall clock since the
+last redraw: the screen moves. In Jupyter and Colab it updates through ``IPython.display`` display
+handles (no widget front end), so a saved notebook keeps the last frame; elsewhere it writes one line
+per frame.
 
 It does not change the run: scoring runs in eval mode under ``torch.inference_mode``, draws no random
 numbers, and the loop keeps callbacks off its training clock; its own cost is ``seconds``. The frames go
@@ -31,6 +35,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from hp_mlm.callbacks import time_budget
 from hp_mlm.inference import examples, fill_mask
 from hp_mlm.studies.probes import default_probes, load_probes, normalise_answer, score_probes
 from hp_mlm.training import Callback, TrainingPlan
@@ -39,6 +44,16 @@ from hp_mlm.training import Callback, TrainingPlan
 FRAMES = 12
 #: Tokens shown at each mask in a frame.
 SHOWN = 3
+#: Wall-clock seconds at most between two redraws of a notebook's view: the loss curve so far, the step and
+#: the time left, without scoring the model (a slow machine's steps would leave it still for minutes).
+REDRAW_SECONDS = 15
+#: A redraw renders the loss curve (a PNG) only where that keeps it under 1/this of the wall clock: on a
+#: machine where a plot takes 0.5 s, every 50 s (the line, text, is redrawn every time).
+CURVE_SPACING = 100
+#: Seconds of training at most between two frames: a frame is due every ``every`` steps, or sooner when the
+#: next step would pass this (a slow machine); a fast one never meets it, and the cost it adds is at most
+#: one frame per this many seconds.
+FRAME_SECONDS = 120
 
 
 def watch_every(total_steps: int, frames: int = FRAMES) -> int:
@@ -68,7 +83,8 @@ class WatchLearning(Callback):
         tokenizer: the model's tokenizer.
         probes: probes as ``studies.probes.load_probes`` gives them, of which those with a one-token
             answer are counted; None: those shipped with the profile's corpus (none for other data).
-        every: optimiser steps between frames; None: :func:`watch_every` of the run's steps; 0: off.
+        every: optimiser steps between frames (or fewer: at most ``FRAME_SECONDS`` of training between
+            two); None: :func:`watch_every` of the run's steps; 0: off.
         log: where a frame's line goes (``print``, the job's log); None: a notebook's display updated in
             place when an IPython kernel runs this, else ``print``.
     Each frame is ``{"step", "seconds"`` (training clock), ``"examples"`` (``[sentence][mask]``: the top-3
@@ -92,26 +108,39 @@ class WatchLearning(Callback):
         self.examples = examples(plan.settings.dataset)
         self.every = watch_every(plan.total_steps) if every is None else every
         self.log, self.handles = log, None
+        self.total, self.budget = plan.total_steps, time_budget(plan).seconds  # for the time left
+        self.drawn = self.stepped = time.monotonic()  # wall clock of the last redraw, and of the last step
+        self.curve = {"at": self.drawn, "seconds": 0.0}  # when the curves were last drawn, and what that took
         if log is None and not in_kernel():
             self.log = print
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
+        last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
+        self.last = {"step": last["step"], "seconds": last["seconds"]}  # the last step: optimiser step, training clock
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
+        self.record["planned"] = {"steps": plan.total_steps, "epochs": plan.settings.epochs}  # see run_ending
         self.record.setdefault("first_right", self.first_right())
         if self.every and not self.record["frames"]:  # step 0, or where a run resumed without its frames
-            last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
             self.frame(plan.model, last["step"], last["seconds"])
         elif self.record["frames"] and self.log is None:
             self.show()
 
     @property
     def seconds(self) -> float:
-        """Seconds spent scoring and drawing frames (off the training clock)."""
+        """Seconds spent scoring and drawing frames, and redrawing between them (off the training clock)."""
         return self.record["seconds"]
 
     def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:
+        now = time.monotonic()
+        wall, took = now - self.stepped, step["seconds"] - self.last["seconds"]  # this step: wall clock, training clock
         self.losses.append((step["step"], step["loss"]))
-        if self.every and step["step"] % self.every == 0:
-            self.frame(model, step["step"], step["seconds"])
+        self.last = {"step": step["step"], "seconds": step["seconds"]}
+        if self.every:
+            since = step["seconds"] - self.record["frames"][-1]["seconds"]
+            if step["step"] % self.every == 0 or since + took > FRAME_SECONDS:  # the next step would pass it
+                self.frame(model, step["step"], step["seconds"])
+            elif self.log is None and now - self.drawn + wall > REDRAW_SECONDS:  # so would the next step
+                self.redraw()
+        self.stepped = time.monotonic()
         return False
 
     def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
@@ -160,18 +189,36 @@ class WatchLearning(Callback):
         return firsts
 
     def show(self) -> None:
-        """The last frame as a line (``log``), or the whole table and the curves in a notebook, in place."""
+        """The last frame as a line (``log``), or the whole table, the curves and the line in a notebook, in place."""
         if self.log is not None:
             self.log(frame_line(self.record["frames"][-1], self.examples))
             return
         from IPython.display import display
 
-        shown = (FramesTable(self.record["frames"], self.examples), LearningCurves(self.losses, self.record["frames"]))
+        shown = (FramesTable(self.record["frames"], self.examples), *self.moving())
         if self.handles is None:
             self.handles = [display(item, display_id=True) for item in shown]
         else:
             for handle, item in zip(self.handles, shown):
                 handle.update(item)
+        self.drawn = self.curve["at"] = time.monotonic()
+
+    def redraw(self) -> None:
+        """Between frames, in a notebook: the line (step, loss, time left) redrawn in place, and the loss
+        curve so far where its plot's cost allows (``CURVE_SPACING``); no model is run (its seconds are the
+        watch's, off the training clock)."""
+        started, now, (curves, line) = time.perf_counter(), time.monotonic(), self.moving()
+        if now - self.curve["at"] >= CURVE_SPACING * self.curve["seconds"]:
+            self.handles[1].update(curves)
+            self.curve = {"at": time.monotonic(), "seconds": time.perf_counter() - started}
+        self.handles[2].update(line)
+        self.drawn = time.monotonic()
+        self.record["seconds"] += time.perf_counter() - started
+
+    def moving(self) -> tuple[LearningCurves, RunLine]:
+        """What a redraw between frames changes: the curves and the line."""
+        curves = LearningCurves(self.losses, self.record["frames"])
+        return curves, RunLine(self.last, self.total, self.budget, self.losses)
 
 
 def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
@@ -180,6 +227,43 @@ def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     frames = watch["frames"]
     turned = {hit["step"] for hit in watch["first_right"] if hit["step"] is not None}
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
+
+
+def stopped_early(history: dict[str, Any]) -> str:
+    """Why a watched run (``history["watch"]["planned"]`` kept) trained less than it planned, in words
+    (``"the time budget stopped it at optimiser step 3 of 480"``), or "" when it trained every epoch."""
+    planned, epochs = history.get("watch", {}).get("planned"), history.get("epochs") or [{}]
+    if not planned or not epochs[-1]:
+        return ""
+    if history.get("early_stopping"):
+        return f"early stopping ended it after epoch {epochs[-1]['epoch']} of {planned['epochs']}"
+    if "batches_done" in epochs[-1] or epochs[-1]["epoch"] < (planned["epochs"] or 0):  # a time budget cut it short
+        return f"the time budget stopped it at optimiser step {history['optimizer_steps']} of {planned['steps']}"
+    return ""
+
+
+def run_ending(history: dict[str, Any], again: str = "run the notebook again from the top") -> str:
+    """What a watched run's end means, for a learner: "" when an example's corpus word came first during
+    training (a frame after step 0); else a few sentences saying why none did (a time budget, early
+    stopping, or a run too short for this model), that this is a normal ending and the model is saved
+    all the same, and what to do next. ``history``: a run's history with its ``"watch"`` record;
+    ``again``: how this run is started again (the main job: the same command with ``--resume``)."""
+    watch = history.get("watch") or {}
+    if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"]):
+        return ""
+    steps, why = history["optimizer_steps"], stopped_early(history)
+    if "time budget" in why:
+        more = f"{again}: training continues from its checkpoint for another budget"
+    else:
+        why = why or f"it trained all {steps} steps it planned, too few for this model"
+        more = "train longer (more epochs: HP_MLM_EPOCHS; or a larger early_stopping_patience)"
+    return (
+        f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. "
+        "That is a normal ending, not a fault: the model is saved as it is, and notebook 04 evaluates it. To see "
+        "the words turn, "
+        f"{more}; or use the trained model a teacher hands out (`python -m hp_mlm handout` makes it once, on "
+        "a fast machine; HP_MLM_TRAINED_MODEL pointed at it makes notebook 04 evaluate that model)."
+    )
 
 
 def in_kernel() -> bool:
@@ -253,6 +337,26 @@ class FramesTable:
         sentences = "".join(f"<li>{html.escape(text)}</li>" for text, _ in self.shown)
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         return f"{table}<p><small>{note}; the sentences:</small></p><ol><small>{sentences}</small></ol>"
+
+
+class RunLine:
+    """The run so far in one line: the optimiser step of how many, the loss (mean of the last 10 steps), the
+    seconds a step takes and the training time left (the steps left at that pace, or the time budget's
+    rest when it ends sooner), e.g. ``step 58 of 480 · loss 5.214 · 7.3 s a step · about 51 min of
+    training left``. ``step``: ``{"step", "seconds"}`` (training clock); ``budget``: seconds (inf: none)."""
+
+    def __init__(self, step: dict[str, Any], total: int, budget: float, losses: Sequence[tuple[int, float]]) -> None:
+        self.step, self.total, self.budget, self.losses = step, total, budget, losses
+
+    def __repr__(self) -> str:
+        n, seconds = self.step["step"], self.step["seconds"]
+        if not n:
+            return f"step 0 of {self.total}: training starts"
+        pace = seconds / n
+        left = min((self.total - n) * pace, max(0.0, self.budget - seconds))
+        recent = [loss for _, loss in self.losses[-10:]]
+        loss = f" · loss {sum(recent) / len(recent):.3f}" if recent else ""
+        return f"step {n} of {self.total}{loss} · {pace:.1f} s a step · about {left / 60:.1f} min of training left"
 
 
 class LearningCurves:

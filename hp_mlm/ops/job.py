@@ -115,7 +115,7 @@ def run_job(
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
         ``cross_entropy``, ``perplexity``, ``n_positions``, ...), ``original_tutorial_accuracy``,
         ``probes``, ``examples``, ``watch`` (the frames, and the step at which each example's word first
-        came first), ``data``, ``settings``, ``run`` (device, processes, precision) and ``seconds`` (wall
+        came first), ``ending`` (when none did: why, and what to do next; else ""), ``data``, ``settings``, ``run`` (device, processes, precision) and ``seconds`` (wall
         time per phase: ``load``, ``tokenise``, ``evaluate_before``, ``train``, ``watch``,
         ``evaluate_after``, ``predict``, ``save``, ``total``; validation between epochs is in ``train``'s
         wall time but not in ``train_clock``, the loop's own clock; the watch's frames are in neither).
@@ -315,7 +315,7 @@ def train_and_measure(
     and the steps between two frames of the watch (``course.watch``; 0: none)."""
     from tqdm.auto import tqdm
 
-    from hp_mlm.course.watch import WatchLearning
+    from hp_mlm.course.watch import WatchLearning, run_ending
 
     s, model = prep.settings, prep.loaded.model
     phase = time.perf_counter()
@@ -343,8 +343,12 @@ def train_and_measure(
         log(
             f"time budget reached: stopped at optimiser step {history['optimizer_steps']} of {plan.total_steps} "
             f"(epoch {budget.stopped_at['epoch']} of {s.epochs}); the model so far is evaluated and saved, "
-            "and its checkpoint kept: rerun with `resume` to continue"
+            "and its checkpoint kept: rerun with `resume` to continue, or use a model trained once on a fast machine "
+            "(`python -m hp_mlm handout`, then HP_MLM_TRAINED_MODEL)"
         )
+    history["ending"] = run_ending(history, again="rerun the same command with --resume")  # "" once a word came first
+    if history["ending"]:
+        log(history["ending"])
     validated = history.get("final_validation") or history["epochs"][-1]["validation"]
     seconds["watch"] = watch[0].seconds if watch else 0.0
     seconds["train"] = time.perf_counter() - phase - validated["seconds"] - seconds["watch"]
@@ -376,6 +380,7 @@ def collect_metrics(
             "changed": changed_probes(before["probes"], after["probes"]),
         },
         "watch": history.get("watch"),
+        "ending": history.get("ending", ""),
         "entities": prep.entities[:50],
         "examples": [
             {"text": text, "answers": list(answers), "before": b, "after": a}

@@ -41,6 +41,7 @@ def format_report(metrics: dict[str, Any]) -> str:
     lines.append("")
     lines += _example_lines(metrics["examples"])
     lines += _first_right_lines(metrics.get("watch"))
+    lines += [metrics["ending"]] if metrics.get("ending") else []  # why no word came first, and what next
     for row in p["after"]["rows"]:
         mark = "right" if row["hit_top1"] else "wrong"
         pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
