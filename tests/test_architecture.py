@@ -47,6 +47,7 @@ LAYERS = [
     {"course.checking", "course.episodes", "course.watch", "course.premise", "ops.report", "ops.handout", "ops.push"},
     {
         "ops.job",
+        "course.catch_up",
         "studies.options",
         "course.exercises",
         "course.model_exercises",

@@ -3,11 +3,11 @@ docs/results.md; the lessons carry no lab notes (dates, spreads, host speeds, le
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pytest
+from helpers import committed, committed_notebook
 from test_links import markdown_of
 
 from hp_mlm.course.episodes import episode_minutes, room_cell
@@ -15,8 +15,8 @@ from hp_mlm.course.episodes import episode_minutes, room_cell
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 RESULTS = ROOT / "docs" / "results.md"
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("0*.ipynb"))
-SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("0*.ipynb"))
+NOTEBOOKS = committed("notebooks/0*.ipynb")  # as the repository holds them, never a learner's copy
+SOLUTIONS = committed("notebooks/solutions/0*.ipynb")
 
 
 def readme_words(text: str) -> int:
@@ -53,7 +53,7 @@ def test_the_readme_lists_every_notebook_with_its_room_minutes_and_its_own_colab
     assert len(rows) == len(NOTEBOOKS)
     for row, path in zip(rows, NOTEBOOKS):
         assert f"(notebooks/{path.name})" in row[0]
-        minutes = episode_minutes(json.loads(path.read_text(encoding="utf-8")))
+        minutes = episode_minutes(committed_notebook(path))
         assert row[2] == (room_cell(minutes).split(":")[0] if minutes["room"] else "at home"), path.name
         assert f"blob/main/notebooks/{path.name})" in row[3] and "Open In Colab" in row[3]
 
@@ -117,7 +117,7 @@ def test_the_lab_notes_check_catches_the_old_sentences():
 
 @pytest.mark.parametrize("path", NOTEBOOKS + SOLUTIONS, ids=lambda p: p.name)
 def test_each_notebook_opens_with_one_line_on_where_its_outputs_came_from(path):
-    first = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
+    first = "".join(committed_notebook(path)["cells"][0]["source"])
     notes = [line for line in first.splitlines() if line.startswith(">")]
     assert len(notes) == 1, "one line, not a paragraph"
     assert "`offline` profile" in notes[0] and "docs/results.md" in notes[0]
