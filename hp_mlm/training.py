@@ -279,7 +279,7 @@ def check_resolved(settings: Settings) -> None:
     if unresolved:
         raise ValueError(
             f"{', '.join(unresolved)} still 'auto': use prepare(settings).settings, or settle them for the model "
-            "with config.resolve_auto(settings, head_newly_initialised), or set them"
+            "with config.resolve_auto(settings, new_head), or set them"
         )
 
 
