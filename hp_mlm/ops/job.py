@@ -331,7 +331,7 @@ def train_and_measure(
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
     # a time budget stops the epoch in progress, which is validated and checkpointed as usual
     budget = time_budget(plan)
-    validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience)
+    validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience, plan)  # its best survives a resume
     epochs = [] if s.progress else [LogEpochs(log, s.epochs)]  # without progress bars, a line per epoch
     if plan.history["optimizer_steps"]:
         log(
