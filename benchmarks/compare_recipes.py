@@ -721,7 +721,7 @@ def _run_flags(p: argparse.ArgumentParser) -> None:
         "--course-lr",
         type=float,
         default=None,
-        help="course learning rate (default: the package's auto value, profiles.NEW_HEAD's for a new MLM head)",
+        help="course learning rate (default: the package's auto value, profiles.HEAD_AUTO's for a new MLM head)",
     )
     p.add_argument(
         "--seed-lr", type=float, default=None, help="seed recipe learning rate (default: the original's 1e-5)"

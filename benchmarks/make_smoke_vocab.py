@@ -8,9 +8,11 @@ why the course ships the file); ``--write`` replaces the shipped file.
 from __future__ import annotations
 
 import argparse
+from importlib import resources
 
 from hp_mlm.common import atomic_write_text
-from hp_mlm.models import SMOKE_VOCAB_SIZE, smoke_corpus_path, smoke_vocab_path
+from hp_mlm.models import SMOKE_VOCAB_SIZE, smoke_vocab_path
+from hp_mlm.profiles import PACKAGE_DATASETS, SMOKE_DATASET
 
 
 def train_smoke_vocab(vocab_size: int = SMOKE_VOCAB_SIZE) -> list[str]:
@@ -32,7 +34,11 @@ def train_smoke_vocab(vocab_size: int = SMOKE_VOCAB_SIZE) -> list[str]:
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size, special_tokens=specials, min_frequency=2, show_progress=False
     )
-    lines = smoke_corpus_path().read_text(encoding="utf-8").splitlines()
+    lines = (
+        (resources.files("hp_mlm") / "corpora" / PACKAGE_DATASETS[SMOKE_DATASET])
+        .read_text(encoding="utf-8")
+        .splitlines()
+    )
     tok.train_from_iterator([line for line in lines if line.strip()], trainer=trainer)
     vocab = tok.get_vocab()
     return sorted(vocab, key=vocab.__getitem__)

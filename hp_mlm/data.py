@@ -58,20 +58,6 @@ class CorpusReport:
     n_rows: int
     n_available: int = 0
 
-    @property
-    def sliced(self) -> bool:
-        """True when the split's slice left out some of the rows (e.g. ``train[:10%]``)."""
-        return self.n_loaded < self.n_available
-
-    def slice_note(self) -> str | None:
-        """One line for the log when the slice left rows out, naming the split that keeps them all; else None."""
-        if not self.sliced:
-            return None
-        return (
-            f"using {self.n_loaded / self.n_available:.0%} of the rows ({self.n_loaded} of {self.n_available}; "
-            f"split {self.split!r}): set `split` to {parse_split(self.split)[0]} for all of them"
-        )
-
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
     """Split ``"train[:10%]"`` into ``("train", "", "10%")``; ``"train"`` into ``("train", None, None)``.

@@ -60,11 +60,6 @@ class LoadedModel:
     name: str
 
 
-def smoke_corpus_path():
-    """Path of the project's own small corpus (original prose about an invented school of magic)."""
-    return resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt"
-
-
 def smoke_vocab_path():
     """Path of the smoke tokenizer's shipped WordPiece vocabulary (made by ``benchmarks/make_smoke_vocab.py``)."""
     return resources.files("hp_mlm") / "corpora" / "smoke_vocab.txt"

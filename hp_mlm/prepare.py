@@ -8,6 +8,7 @@ function of its step module, so a notebook can show one at a time.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,9 +18,11 @@ from datasets import Dataset
 from .common import resolve_precision, run_device
 from .config import Settings, model_options, resolve_auto
 from .data import CorpusReport, find_entities, load_corpus, train_validation_split
+from .evaluation import evaluate
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
+from .profiles import HEAD_KNOWS
 from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation, words_cut
 
 
@@ -38,7 +41,8 @@ class Prepared:
         frozen_validation: validation rows with masks frozen by ``settings.seed``.
         entities: entity words found in the training rows (``data.find_entities``); their
             pieces are marked in the tokenised rows' ``entity_mask``.
-        seconds: wall time of each phase: ``{"load", "tokenise"}``.
+        head: what the MLM head knows before training, which ``auto`` followed (:func:`head_check`).
+        seconds: wall time of each phase: ``{"load", "tokenise"}`` (the head's check is in ``tokenise``).
         truncated: ``{"rows_cut", "tokens_dropped", "words_cut"}``: what truncation at ``max_length``
             dropped from the training and held-out rows (zeros with ``split_long_rows``; packed training
             rows lose nothing), and the rows that open inside a word longer than a row (``tokens.words_cut``:
@@ -57,6 +61,7 @@ class Prepared:
     validation_tokens: Dataset
     frozen_validation: list[dict[str, list[int]]]
     entities: list[str]
+    head: dict = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     truncated: dict[str, int] = field(default_factory=lambda: {"rows_cut": 0, "tokens_dropped": 0, "words_cut": 0})
     batches: dict[str, float] = field(default_factory=dict)
@@ -138,7 +143,8 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
             f"the {len(frozen)} held-out rows have no masked token to score (rows too short, or "
             f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
         )
-    settings = resolve_auto(settings, loaded.head_newly_initialised, loaded.name)
+    head = head_check(loaded.model, frozen, tok, settings)
+    settings = resolve_auto(settings, head["new"])
     settings = settings.replace(attention=loaded.model.config._attn_implementation)  # the kernel it was built with
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
@@ -151,10 +157,29 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         validation_tokens=validation_tokens,
         frozen_validation=frozen,
         entities=entities,
+        head=head,
         seconds=seconds,
         truncated=_truncated(settings, tok, parts, (train_tokens, validation_tokens)),
         batches=batches_of(train_tokens["length"], settings),
     )
+
+
+def head_check(model, frozen: list[dict[str, list[int]]], tokenizer, settings: Settings) -> dict:
+    """What the model's MLM head knows before training, which ``auto`` follows (``config.resolve_auto``), not its
+    name: its top-1 on the ``frozen`` held-out masks (``evaluation.evaluate``, in the run's precision) beside the
+    share of those masked tokens that always guessing the commonest one gets right.
+
+    Returns:
+        ``{"top1", "constant"`` (fractions in [0, 1]), ``"commonest"`` (that token), ``"new"}``: True when top-1
+        is under ``profiles.HEAD_KNOWS`` times the constant guess's share (a random head, or one that has
+        learned little more than the commonest token): the run then gets a new head's settings.
+    """
+    labels = Counter(label for row in frozen for label in row["labels"] if label != IGNORE_INDEX)
+    ((commonest, count),) = labels.most_common(1)
+    precision = resolve_precision(settings.precision)
+    top1 = evaluate(model, frozen, tokenizer, settings.eval_batch_size, precision=precision)["top1"]
+    constant, token = count / labels.total(), tokenizer.convert_ids_to_tokens(commonest)
+    return {"top1": top1, "constant": constant, "commonest": token, "new": top1 < HEAD_KNOWS * constant}
 
 
 def packed_rows(train_rows: Dataset, tokenizer, settings: Settings, entities: list[str]) -> Dataset:

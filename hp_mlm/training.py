@@ -237,6 +237,8 @@ class TrainingPlan:
         position: where the loop is, for a checkpoint (``callbacks.SaveCheckpoints``): ``{"epoch"``
             (0-based), ``"batches_done"`` (of the epoch's batches), ``"batches"`` (in the epoch)``}``.
         memory_advice: what to lower when a step runs out of memory (:func:`memory_advice`, said once).
+        kept: tensors callbacks keep across a resume, saved with each checkpoint (name -> tensors:
+            ``callbacks.Validate``'s best epoch's weights); a resumed plan starts with its checkpoint's.
     """
 
     model: nn.Module
@@ -256,6 +258,7 @@ class TrainingPlan:
     ran: bool = False
     position: dict[str, int] = field(default_factory=dict)
     memory_advice: str = ""
+    kept: dict[str, dict[str, torch.Tensor]] = field(default_factory=dict)
 
     def start(self) -> None:
         """Mark the plan as run; raise ValueError if it has run before (its optimiser and schedule
@@ -281,7 +284,7 @@ def check_resolved(settings: Settings) -> None:
     if unresolved:
         raise ValueError(
             f"{', '.join(unresolved)} still 'auto': use prepare(settings).settings, or settle them for the model "
-            "with config.resolve_auto(settings, head_newly_initialised), or set them"
+            "with config.resolve_auto(settings, new_head), or set them"
         )
 
 
@@ -368,6 +371,7 @@ def plan_training(
         history=history,
         output_dir=folder,
         memory_advice=memory_advice(settings),
+        kept=state["kept"] if state else {},
     )
 
 

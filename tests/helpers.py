@@ -54,7 +54,7 @@ def fit(model, tokenizer, rows, settings, callbacks=(), **plan):
     from hp_mlm.ops.job import run_training
     from hp_mlm.training import plan_training
 
-    resolved = resolve_auto(settings, head_newly_initialised=True)
+    resolved = resolve_auto(settings, new_head=True)
     planned = plan_training(model, tokenizer, rows, resolved, **plan)
     return run_training(planned, [*callbacks, SaveCheckpoints(planned)])
 

@@ -71,9 +71,12 @@ def lay_dataset(home: Path, texts: list[str], repo_id: str = DATASET_ID) -> Path
 
 def smoke_texts(n_rows: int = 300) -> list[str]:
     """The first ``n_rows`` non-empty lines of the package's smoke corpus."""
-    from hp_mlm.models import smoke_corpus_path
+    from importlib import resources
 
-    lines = [line for line in smoke_corpus_path().read_text(encoding="utf-8").splitlines() if line.strip()]
+    from hp_mlm.profiles import PACKAGE_DATASETS, SMOKE_DATASET
+
+    corpus = resources.files("hp_mlm") / "corpora" / PACKAGE_DATASETS[SMOKE_DATASET]
+    lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     return lines[:n_rows]
 
 

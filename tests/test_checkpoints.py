@@ -25,7 +25,7 @@ TAKER = "import sys\nfrom hp_mlm.checkpoints import hold_output_dir\nhold_output
 
 def settings():
     base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
-    return resolve_auto(get_settings("smoke", environ={}, **base), head_newly_initialised=True)
+    return resolve_auto(get_settings("smoke", environ={}, **base), new_head=True)
 
 
 def python(code: str, *args: str, **kwargs):

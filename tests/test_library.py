@@ -22,7 +22,7 @@ from hp_mlm.training import build_optimizer, build_scheduler, optimizer_steps
 
 def settings(**changes):
     base = {"progress": False, "epochs": 2, "batch_size": 4, **changes}
-    return resolve_auto(get_settings("smoke", environ={}, **base), head_newly_initialised=True)
+    return resolve_auto(get_settings("smoke", environ={}, **base), new_head=True)
 
 
 @pytest.mark.parametrize("schedule", ["linear", "constant"])

@@ -78,7 +78,7 @@ def test_a_packed_epoch_uses_every_token_once_and_never_masks_special_tokens(smo
     packed = pack_rows(rows(ROWS * 3), smoke_tokenizer, 24)
     settings = resolve_auto(
         get_settings("smoke", environ={}, padding="pack", batch_size=4, epochs=1, mlm_probability=0.4, progress=False),
-        head_newly_initialised=True,
+        new_head=True,
     )
     plan = plan_training(smoke_model, smoke_tokenizer, packed, settings)
     loader, _ = plan.epoch_batches(0)

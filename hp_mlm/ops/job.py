@@ -25,7 +25,8 @@ from hp_mlm.checkpoints import (
     save_model,
 )
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
-from hp_mlm.config import Settings, auto_defaults
+from hp_mlm.config import Settings
+from hp_mlm.data import CorpusReport, parse_split
 from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import example_sentences, examples, fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
@@ -33,7 +34,7 @@ from hp_mlm.ops.card import write_model_card
 from hp_mlm.ops.push import PushError, check_push, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
-from hp_mlm.profiles import AUTO_SETTINGS, MODEL_AUTO
+from hp_mlm.profiles import AUTO_SETTINGS, HEAD_AUTO, HEAD_KNOWS
 from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
@@ -203,7 +204,7 @@ def check_before_loading(
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     """Say what was loaded: the slice, the rows kept and held out, a new head, what truncation dropped and
     the rows that open inside a word longer than a row."""
-    if note := prep.report.slice_note():
+    if note := slice_note(prep.report):
         log(note)
     log(
         f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
@@ -230,22 +231,34 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         )
 
 
+def slice_note(report: CorpusReport) -> str | None:
+    """One line for the log when the split's slice left rows out (e.g. ``train[:10%]``), naming the split that
+    keeps them all; else None."""
+    if report.n_loaded >= report.n_available:
+        return None
+    return (
+        f"using {report.n_loaded / report.n_available:.0%} of the rows ({report.n_loaded} of {report.n_available}; "
+        f"split {report.split!r}): set `split` to {parse_split(report.split)[0]} for all of them"
+    )
+
+
 def auto_note(settings: Settings, prep: Prepared) -> str | None:
-    """One line for the log: the values ``auto`` settled for this model (``config.auto_defaults``) and where
-    they come from, e.g. ``auto: learning rate 0.0005, constant schedule, 12 epochs: measured for
-    hp_mlm:minilm-l6 (benchmarks/results/stock_head_study.md)``; None when ``settings`` set them all."""
+    """One line for the log: the values ``auto`` settled and why, from what the model's MLM head knows before
+    training (``prepare.head_check``), not from its name, e.g. ``auto: learning rate 0.0005, constant
+    schedule, 12 epochs: a new head's (benchmarks/results/stock_head_study.md): its held-out top-1 before
+    training, 7.8%, is under 2 times the 8.2% of always guessing 'the'``; None when ``settings`` set them all."""
     unset = [name for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")]
     if not unset:
         return None
-    s, model, new_head = prep.settings, prep.loaded.name, prep.loaded.head_newly_initialised
+    s, head = prep.settings, prep.head
     said = {"learning_rate": f"learning rate {s.learning_rate:g}", "schedule": f"{s.schedule} schedule"}
     said["epochs"] = f"{s.epochs} epochs"
-    kind = (
-        f"measured for {model}"
-        if model in MODEL_AUTO
-        else f"the defaults for a {'new' if new_head else 'pretrained'} MLM head"
+    kind, than = ("new", "under") if head["new"] else ("pretrained", "at least")
+    return (
+        f"auto: {', '.join(said[name] for name in unset)}: a {kind} head's ({HEAD_AUTO[kind]['source']}): its "
+        f"held-out top-1 before training, {head['top1']:.1%}, is {than} {HEAD_KNOWS:g} times the "
+        f"{head['constant']:.1%} of always guessing {head['commonest']!r}"
     )
-    return f"auto: {', '.join(said[name] for name in unset)}: {kind} ({auto_defaults(model, new_head)['source']})"
 
 
 def held_out(prep: Prepared, model) -> dict[str, Any]:
@@ -322,7 +335,7 @@ def train_and_measure(
     plan = plan_training(model, prep.loaded.tokenizer, prep.train_tokens, s, output_dir=out, resume=resume)
     # a time budget stops the epoch in progress, which is validated and checkpointed as usual
     budget = time_budget(plan)
-    validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience)
+    validate = Validate(lambda m: held_out(prep, m), s.early_stopping_patience, plan)  # its best survives a resume
     epochs = [] if s.progress else [LogEpochs(log, s.epochs)]  # without progress bars, a line per epoch
     if plan.history["optimizer_steps"]:
         log(
@@ -395,6 +408,7 @@ def collect_metrics(
         },
         "learning_rate": prep.settings.learning_rate,
         "head_newly_initialised": prep.loaded.head_newly_initialised,
+        "head_check": prep.head,
         "run": {
             "device": history["device"],
             "processes": history["processes"],
