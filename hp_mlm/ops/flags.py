@@ -25,11 +25,11 @@ SETTING_HELP = {
     "split": "split and slice, e.g. 'train[:10%%]', 'train[:600]', 'train[-10%%:]'",
     "text_column": "column holding the text",
     "output_dir": "folder for model/, metrics.json, history.json, plots and checkpoints",
-    "epochs": "passes over the training rows; auto: the model's (12 for hp_mlm:minilm-l6), else 3 for a pretrained "
-    "MLM head, 8 for a new one",
+    "epochs": "passes over the training rows; auto: from what the MLM head knows before training: 3 for a head "
+    "that beats always guessing the commonest token (bert-base-uncased's), else 12",
     "batch_size": "rows per batch",
-    "learning_rate": "peak learning rate; auto: the model's (5e-4 for hp_mlm:minilm-l6), else 5e-5 for a pretrained "
-    "MLM head, 5e-4 for a new one; 1e-5 in the original recipe",
+    "learning_rate": "peak learning rate; auto: 5e-5 with linear decay for a head that beats always guessing the "
+    "commonest token, else 5e-4 held; 1e-5 in the original recipe",
     "max_length": "tokens per row after truncation (<= the model's limit, 512 for BERT)",
     "mlm_probability": "fraction of tokens masked, in (0, 1)",
     "validation_fraction": "fraction of rows held out for validation, in (0, 1)",
