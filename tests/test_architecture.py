@@ -43,7 +43,7 @@ LAYERS = [
         "studies.entities",
         "ops.card",
     },
-    {"course.checking", "course.episodes", "course.watch", "ops.report", "ops.handout", "ops.push"},
+    {"course.checking", "course.episodes", "course.watch", "course.examples", "ops.report", "ops.handout", "ops.push"},
     {
         "ops.job",
         "studies.options",
