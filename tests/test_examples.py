@@ -132,3 +132,17 @@ def test_a_broken_examples_file_gets_one_line_naming_the_line(tmp_path, line, sa
     with pytest.raises(ValueError, match=re.escape(said)) as error:
         read_examples(path)
     assert "\n" not in str(error.value) and "bad.jsonl:1" in str(error.value)
+
+
+def test_a_name_the_vocabulary_cannot_spell_is_never_picked(tiny_vocab_tokenizer):
+    """A name that is the unknown token in the vocabulary can never be a guess, so its example could never turn."""
+    from hp_mlm.course.examples import pick_examples
+    from hp_mlm.models import build_smoke_model
+
+    model = build_smoke_model(tiny_vocab_tokenizer)
+    train = [f"On day {n}, Harry looked at the owl while Zorblat watched." for n in range(6)]
+    held_out = [
+        f"In the {w} light, {name} looked at the owl." for w in ("grey", "cold", "dim") for name in ("Harry", "Zorblat")
+    ]
+    picked = pick_examples(model, tiny_vocab_tokenizer, train, held_out, seed=0)
+    assert all(tiny_vocab_tokenizer.unk_token not in answers for _, answers in picked.examples), picked.examples

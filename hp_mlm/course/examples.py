@@ -81,6 +81,7 @@ def pick_examples(
        holds (so no picked sentence was trained on). For each of the ``WORDS_TRIED`` most frequent names,
        take the sentences that hold it exactly once and draw up to ``SENTENCES_PER_WORD`` of them
        (``random.Random(seed)``: the same seed picks the same sentences); hide the name with ``[MASK]``.
+       A name the vocabulary spells with its unknown token is left out.
     3. **Ask the stock model once** (the model before fine-tuning, ``inference.fill_mask``, top-1) at every
        candidate of a one-piece name, and keep only those where its first guess is not the name: a word
        it already knows would show nothing being learned.
@@ -112,6 +113,8 @@ def pick_examples(
         for sentence in random.Random(f"{seed}-{name}").sample(holding, min(SENTENCES_PER_WORD, len(holding))):
             found = word.search(sentence)
             pieces = tokenizer.tokenize(found.group())
+            if tokenizer.unk_token in pieces:  # a word the vocabulary cannot spell: no guess can be it
+                break
             masked = sentence[: found.start()] + "[MASK]" + sentence[found.end() :]
             answer = pieces[0] if len(pieces) == 1 else normalise_answer(found.group(), tokenizer)
             (one_piece if len(pieces) == 1 else several).append((name, masked, answer))
