@@ -15,6 +15,7 @@ repository: the results hold the picked *words*, never the sentences.
 
     python benchmarks/own_text.py                       # both corpora, seeds 1 2 3
     python benchmarks/own_text.py --corpora oz --seeds 1 --reuse
+    python benchmarks/own_text.py --pick-only            # what is picked for each seed, no training (seconds)
 
 Writes ``benchmarks/results/own_text.{json,md}``.
 """
@@ -50,6 +51,29 @@ def run(dataset: str, seed: int, out: Path, reuse: bool) -> tuple[dict, float | 
     started = time.perf_counter()
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return json.loads((out / "metrics.json").read_text()), time.perf_counter() - started
+
+
+def picked_only(dataset: str, seed: int) -> dict:
+    """What the job would pick for ``seed`` (``course.examples.run_examples`` with the stock model), without
+    training: the words, the name scored whole, and how many picked sentences a training row holds."""
+    from hp_mlm.course.examples import run_examples
+    from hp_mlm.prepare import prepare
+
+    s = get_settings("quick", environ={}, model=OFFLINE_MODEL, dataset=dataset, seed=seed, progress=False)
+    prep = prepare(s)
+    started = time.perf_counter()
+    shown = run_examples(prep, log=lambda _: None)
+    trained = "\n".join(prep.train_rows[s.text_column]).lower()
+    return {
+        "picked": [answers[0] for _, answers in shown.examples],
+        "scored_whole": [p["answer"] for p in shown.scored_whole],
+        "known_to_the_stock_model": list(shown.known),
+        "candidate_sentences": shown.candidates,
+        "stock_model_already_right": shown.already_right,
+        "picked_in_training_rows": sum(t.replace("[MASK]", a[0]).lower() in trained for t, a in shown.examples),
+        "names_in_training_rows": len(prep.entities),
+        "seconds_to_pick": time.perf_counter() - started,
+    }
 
 
 def training_text(dataset: str, seed: int) -> str:
@@ -109,6 +133,21 @@ def markdown(results: dict) -> str:
                 f"{r['came_first']} of {len(r['picked'])} | {r['top1']['before']:.1%} -> {r['top1']['after']:.1%} | "
                 f"{whole} | {r['picked_in_training_rows']} |"
             )
+    if results.get("picked"):
+        lines += ["", "Picked without training (`--pick-only`, the same picking as the job's), per seed:", ""]
+        lines += ["| corpus | seed | picked | scored whole | candidate sentences: the stock model already right | "
+                  "names in the training rows | picked in a training row |"]  # fmt: skip
+        lines += ["| --- | --- | --- | --- | --- | --- | --- |"]
+        for corpus, seeds in results["picked"].items():
+            for seed, p in seeds.items():
+                lines.append(
+                    f"| {corpus} | {seed} | {len(p['picked'])}: {', '.join(p['picked']) or 'none'} | "
+                    f"{', '.join(p['scored_whole']) or 'none'} | {p['stock_model_already_right']} of {p['candidate_sentences']} | "
+                    f"{p['names_in_training_rows']} | "
+                    f"{p['picked_in_training_rows']} |"
+                )
+    if not results["runs"]:
+        return "\n".join(lines) + "\n"
     lines += ["", "Per corpus (mean over seeds): words picked, and of them those that came first during training.", ""]
     for corpus, runs in results["runs"].items():
         n = len(runs)
@@ -126,6 +165,7 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=SHARED, help="the folder that holds oz/ and carroll/")
     parser.add_argument("--out", type=Path, default=Path("/tmp/own51"), help="where the runs write")
     parser.add_argument("--reuse", action="store_true", help="read a finished run's metrics.json instead of rerunning")
+    parser.add_argument("--pick-only", action="store_true", help="record what is picked for each seed; no training")
     args = parser.parse_args()
     import torch
 
@@ -135,6 +175,12 @@ def main() -> None:
     for corpus in args.corpora:
         dataset = str(args.data / CORPORA[corpus])
         for seed in args.seeds:
+            if args.pick_only:
+                results.setdefault("picked", {}).setdefault(corpus, {})[str(seed)] = picked_only(dataset, seed)
+                print(corpus, seed, results["picked"][corpus][str(seed)], flush=True)
+                atomic_write_text(path, json.dumps(results, indent=2))
+                atomic_write_text(RESULTS / "own_text.md", markdown(results))
+                continue
             metrics, seconds = run(dataset, seed, args.out / f"{corpus}-{seed}", args.reuse)
             found = summary(metrics, training_text(dataset, seed), seconds)
             results["runs"].setdefault(corpus, {})[str(seed)] = found

@@ -84,6 +84,7 @@ def test_picking_skips_words_the_stock_model_already_puts_first(smoke_model, smo
     again = course_examples.pick_examples(smoke_model, smoke_tokenizer, TRAIN, HELD_OUT, seed=0)
     words = {answers[0] for _, answers in again.examples}
     assert again.examples and not words & known, (words, known)
+    assert known <= set(again.known)  # said as skipped, for a report on how much of a corpus the model knew
 
 
 def test_a_corpus_without_a_candidate_gets_no_examples_and_says_so(smoke_model, smoke_tokenizer):

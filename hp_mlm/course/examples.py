@@ -48,12 +48,19 @@ class Examples:
         scored_whole: probes (``{"text", "answer"}``) whose answer is a word of several pieces, scored whole
             by ``studies.probes.score_probes`` in the report (the token view shows one piece per mask).
         note: one line for the log: what was picked, or why nothing was.
+        known: the one-piece names tried whose every candidate sentence the stock model already got right
+            (skipped: nothing to learn there).
+        candidates, already_right: candidate sentences of one-piece names the stock model was asked about, and
+            those where its first guess was already the name (how much of the corpus's names it knew).
     """
 
     examples: tuple[tuple[str, tuple[str, ...]], ...]
     source: str
     scored_whole: list[dict[str, str]] = field(default_factory=list)
     note: str = ""
+    known: tuple[str, ...] = ()
+    candidates: int = 0
+    already_right: int = 0
 
 
 def sentences_of(text: str) -> list[str]:
@@ -119,11 +126,16 @@ def pick_examples(
             answer = pieces[0] if len(pieces) == 1 else normalise_answer(found.group(), tokenizer)
             (one_piece if len(pieces) == 1 else several).append((name, masked, answer))
     picked: dict[str, tuple[str, tuple[str, ...]]] = {}
+    missed, wrong = set(), set()
     if one_piece:
         guesses = fill_mask(model, tokenizer, [masked for _, masked, _ in one_piece], top_k=1)
         for (name, masked, answer), guess in zip(one_piece, guesses):
-            if guess[0][0]["token"] != answer and name not in picked and len(picked) < at_most:
-                picked[name] = (masked, (answer,))
+            if guess[0][0]["token"] != answer:
+                missed.add(name)
+                wrong.add((name, masked))
+                if name not in picked and len(picked) < at_most:
+                    picked[name] = (masked, (answer,))
+    known = tuple(dict.fromkeys(name for name, _, _ in one_piece if name not in missed))
     whole = first_missed_whole(model, tokenizer, several)
     words = ", ".join(answers[0] for _, answers in picked.values())
     note = (
@@ -132,7 +144,8 @@ def pick_examples(
         else "examples: none picked: no held-out sentence hides a name of the training rows that the stock "
         "model gets wrong; the run goes on without examples (pass `examples` to give your own)"
     )
-    return Examples(tuple(picked.values()), PICKED, whole, note)
+    right = len(one_piece) - sum(1 for name, masked, answer in one_piece if (name, masked) in wrong)
+    return Examples(tuple(picked.values()), PICKED, whole, note, known, len(one_piece), right)
 
 
 def first_missed_whole(
