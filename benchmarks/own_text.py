@@ -41,11 +41,40 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 CORPORA = {"oz": "oz/oz_mlm.parquet", "carroll": "carroll/carroll_mlm.parquet"}
 
 
+def so_far(out: Path) -> dict | None:
+    """A run still training (or stopped) in ``out``, read from its last checkpoint, as ``metrics.json``'s parts
+    :func:`summary` reads: the watch so far, "after" the last epoch's validation, "before" from the run's log
+    (``<out>.log``, the job's printed lines) where kept; None without a checkpoint."""
+    latest = out / "checkpoints" / "latest.json"
+    if not latest.is_file():
+        return None
+    state = json.loads((out / "checkpoints" / json.loads(latest.read_text())["checkpoint"] / "state.json").read_text())
+    history, log = state["history"], out.with_suffix(".log")
+    before = next(
+        (float(line.split("top-1 ")[1].split("%")[0]) / 100 for line in log.read_text().splitlines()
+         if line.startswith("before: top-1 ")),
+        None,
+    ) if log.is_file() else None  # fmt: skip
+    return {
+        "examples_source": "picked from your held-out rows",
+        "examples": [{"answers": [hit["answer"]], "text": ""} for hit in history["watch"]["first_right"]],
+        "watch": history["watch"],
+        "probes": {"before": {"rows": []}, "after": {"rows": []}},
+        "before": {"top1": before},
+        "after": {"top1": history["epochs"][-1]["validation"]["top1"]},
+        "data": {"n_train": None, "n_validation": history["epochs"][-1]["validation"]["n_rows"]},
+        "seconds": {"train_clock": sum(e["seconds"] for e in history["epochs"])},
+        "stopped_at_epoch": history["epochs"][-1]["epoch"],
+    }
+
+
 def run(dataset: str, seed: int, out: Path, reuse: bool) -> tuple[dict, float | None]:
-    """The main job on ``dataset`` with ``seed`` into ``out`` (kept when ``reuse`` and it finished); its metrics
-    and wall seconds (None when reused)."""
+    """The main job on ``dataset`` with ``seed`` into ``out`` (kept when ``reuse`` and it finished, or read from
+    its last checkpoint when it has not: :func:`so_far`); its metrics and wall seconds (None when reused)."""
     if reuse and (out / "metrics.json").is_file():
         return json.loads((out / "metrics.json").read_text()), None
+    if reuse and (partial := so_far(out)) is not None:
+        return partial, None
     command = [sys.executable, "-m", "hp_mlm", "train", "--profile", "quick", "--model", OFFLINE_MODEL]
     command += ["--dataset", dataset, "--seed", str(seed), "--output-dir", str(out), "--no-progress", "--overwrite"]
     started = time.perf_counter()
@@ -88,7 +117,9 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
     """What one run shows, without the book's sentences: the words, when each came first, the scores."""
     firsts = {hit["answer"]: hit["step"] for hit in (metrics.get("watch") or {}).get("first_right", [])}
     picked = [e["answers"][0] for e in metrics["examples"]]
-    in_training = sum(e["text"].replace("[MASK]", e["answers"][0]).lower() in trained for e in metrics["examples"])
+    in_training = sum(
+        bool(e["text"]) and e["text"].replace("[MASK]", e["answers"][0]).lower() in trained for e in metrics["examples"]
+    )
     whole = [
         {"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]}
         for b, a in zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"])
@@ -107,6 +138,7 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
         "n_validation": metrics["data"]["n_validation"],
         "seconds": seconds,
         "train_clock": metrics["seconds"].get("train_clock"),
+        "stopped_at_epoch": metrics.get("stopped_at_epoch"),  # a run read from its checkpoint, not finished
     }
 
 
@@ -128,9 +160,11 @@ def markdown(results: dict) -> str:
         for seed, r in runs.items():
             steps = ", ".join(f"{w} {'-' if s is None else s}" for w, s in r["first_step"].items()) or "none"
             whole = "; ".join(f"{w['answer']}: {w['before']} -> {w['after']}" for w in r["scored_whole"]) or "none"
+            before = "?" if r["top1"]["before"] is None else f"{r['top1']['before']:.1%}"
+            upto = f" (so far: epoch {r['stopped_at_epoch']} of 12)" if r.get("stopped_at_epoch") else ""
             lines.append(
-                f"| {corpus} | {seed} | {len(r['picked'])} | {steps} ({r['steps']}, {r['every']}) | "
-                f"{r['came_first']} of {len(r['picked'])} | {r['top1']['before']:.1%} -> {r['top1']['after']:.1%} | "
+                f"| {corpus} | {seed} | {len(r['picked'])} | {steps} ({r['steps']}, {r['every']}){upto} | "
+                f"{r['came_first']} of {len(r['picked'])} | {before} -> {r['top1']['after']:.1%} | "
                 f"{whole} | {r['picked_in_training_rows']} |"
             )
     if results.get("picked"):
