@@ -25,9 +25,10 @@ from .tokens import replacement_ids
 
 
 def examples(dataset: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The example sentences of ``dataset``, each with the corpus's word at each mask (``profiles.EXAMPLES``:
-    its corpus's own names; the books' sentences for a dataset without an entry). The last has two masks."""
-    return EXAMPLES.get(dataset, EXAMPLES[BOOKS_DATASET])
+    """The example sentences shipped with ``dataset``, each with the corpus's word at each mask (``profiles.EXAMPLES``:
+    its corpus's own names; the last has two masks), or none: another corpus's sentences would say nothing of
+    yours (``course.examples`` picks some from your held-out rows)."""
+    return EXAMPLES.get(dataset, ())
 
 
 def example_sentences(dataset: str) -> tuple[str, ...]:

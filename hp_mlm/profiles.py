@@ -46,7 +46,8 @@ BOOKS_DATASET = "andjela-r/mlm-harry-potter"
 #: Example sentences by dataset, each with the word the corpus puts at each ``[MASK]`` (the last has two
 #: masks): the main job's report, notebooks 03-04, the model card and the widget show before beside after.
 #: A corpus's own names, chosen so that fine-tuning visibly changes the answer (measured offline in
-#: benchmarks/results/earliest_learning.md); a dataset without an entry gets the books' sentences.
+#: benchmarks/results/earliest_learning.md); a dataset without an entry has none here: the course picks
+#: them from its held-out rows (``course.examples``), never another corpus's sentences.
 EXAMPLES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     BOOKS_DATASET: (
         ("He was a young wizard, his name was Harry [MASK].", ("potter",)),

@@ -439,3 +439,69 @@ def test_a_switch_given_a_value_says_it_is_a_switch_and_points_at_train_help(swi
     assert line.startswith(f"error: {switch} is an on/off switch and takes no value: ")
     assert f"{switch} turns it on, --no-{switch.removeprefix('--')} off" in line
     assert line.endswith("(see: python -m hp_mlm train --help)")
+
+
+def own_corpus(path, lower: bool):
+    """A corpus of the learner's own: the smoke corpus's text (written for the course) in a file of its own, so
+    that no example ships with it; ``lower`` takes its capitals away, and with them every name to pick."""
+    from importlib import resources
+
+    lines = (resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt").read_text(encoding="utf-8").splitlines()
+    text = "\n".join(lines[:200])  # enough held-out rows to pick from; a short run
+    path.write_text(text.lower() if lower else text, encoding="utf-8")
+    return str(path)
+
+
+def shipped_sentences() -> list[str]:
+    from hp_mlm.profiles import EXAMPLES
+
+    return [text for pairs in EXAMPLES.values() for text, _ in pairs]
+
+
+def test_own_data_without_examples_or_probes_reports_held_out_and_no_other_corpus_sentence(tmp_path):
+    """A run on a corpus that ships no examples used to show the Harry Potter sentences, each "(potter: not
+    first)", in the report, metrics.json and the card; with nothing to pick and no probes it shows its held-out
+    scores, says that no probes were given and that there are no examples, and names no other corpus's sentence."""
+    from hp_mlm.ops.report import format_report
+
+    data = own_corpus(tmp_path / "notes.txt", lower=True)
+    settings = get_settings("smoke", environ={}, dataset=data, output_dir=str(tmp_path / "run"), progress=False)
+    settings = settings.replace(epochs=1)
+    log: list[str] = []
+    metrics = run_job(settings, probes=None, log=log.append)
+    report = format_report(metrics)
+    card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
+    assert metrics["examples"] == [] and metrics["examples_source"] == "picked from your held-out rows"
+    assert "top-1 accuracy" in report and "probes: none given" in report
+    assert "examples (picked from your held-out rows): none" in report
+    assert any("none picked" in line for line in log)
+    for sentence in shipped_sentences():
+        assert all(sentence not in text for text in (report, card, json.dumps(metrics))), sentence
+    assert "not first)" not in report  # no mask of another corpus's sentence reported as missed
+
+
+def test_own_data_gets_examples_picked_from_its_held_out_rows_in_the_report_and_the_watch(tmp_path):
+    from hp_mlm.ops.report import format_report
+
+    data = own_corpus(tmp_path / "notes.txt", lower=False)
+    settings = get_settings("smoke", environ={}, dataset=data, output_dir=str(tmp_path / "run"), progress=False)
+    metrics = run_job(settings.replace(epochs=1), probes=None, log=lambda _: None, watch_every=2)
+    picked = metrics["examples"]
+    assert 4 <= len(picked) <= 5 and metrics["examples_source"] == "picked from your held-out rows"
+    assert not {e["text"] for e in picked} & set(shipped_sentences())
+    report = format_report(metrics)
+    assert "examples (picked from your held-out rows):" in report
+    assert [hit["answer"] for hit in metrics["watch"]["first_right"]] == [e["answers"][0] for e in picked]
+    card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
+    assert picked[0]["text"].partition("[MASK]")[0] in card and "picked from your held-out rows" in card
+
+
+def test_examples_flag_sets_the_run_examples_over_the_shipped_ones(tmp_path):
+    given = tmp_path / "mine.jsonl"
+    given.write_text('{"text": "Hob Tanner rowed the ferry across the [MASK] Lake.", "answer": "silver"}\n')
+    out = tmp_path / "run"
+    argv = ["train", "--profile", "smoke", "--epochs", "1", "--output-dir", str(out), "--no-progress"]
+    assert main([*argv, "--examples", str(given)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert [e["text"] for e in metrics["examples"]] == ["Hob Tanner rowed the ferry across the [MASK] Lake."]
+    assert metrics["examples_source"] == "from your examples file"

@@ -27,5 +27,123 @@ def test_every_profile_has_examples_of_its_own_data_and_the_books_are_the_premis
         dataset = changes.get("dataset", BOOKS_DATASET)
         assert examples(dataset) == EXAMPLES[dataset], profile
     assert EXAMPLE_SENTENCES[0] == "He was a young wizard, his name was Harry [MASK]."
-    assert example_sentences("my_own_books.parquet") == EXAMPLE_SENTENCES  # a dataset without examples: the books'
+    assert example_sentences("my_own_books.parquet") == ()  # never another corpus's sentences (course.examples picks)
     assert example_sentences("hp_mlm:course-corpus")[-1].count("[MASK]") == 2  # one example with two masks
+
+
+# --- picked from the learner's held-out rows (course.examples) ---------------------------------------------------
+
+SMOKE_LINES = (resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt").read_text(encoding="utf-8").splitlines()
+#: The smoke corpus (written for the course) cut in two, as a run splits rows: the first for training.
+TRAIN, HELD_OUT = SMOKE_LINES[:300], SMOKE_LINES[300:]
+
+
+def unmasked(sentence: str, answers) -> str:
+    for answer in answers:
+        sentence = sentence.replace("[MASK]", answer, 1)
+    return sentence.lower()
+
+
+def test_picked_examples_come_from_held_out_rows_only_and_the_same_seed_picks_the_same(smoke_model, smoke_tokenizer):
+    """Each picked sentence, its word put back, is a sentence of a held-out row and of no training row; a held-out
+    row that repeats a training row's sentence is never picked; the same seed picks the same list."""
+    from hp_mlm.course.examples import PICKED, pick_examples
+
+    held_out = [*HELD_OUT, *TRAIN[:40]]  # training sentences among the held-out rows must still not be picked
+    picked = pick_examples(smoke_model, smoke_tokenizer, TRAIN, held_out, seed=3)
+    assert picked.source == PICKED and 4 <= len(picked.examples) <= 5, picked.note
+    trained, kept = "\n".join(TRAIN).lower(), "\n".join(HELD_OUT).lower()
+    for sentence, answers in picked.examples:
+        assert sentence.count("[MASK]") == len(answers) == 1
+        assert unmasked(sentence, answers) in kept and unmasked(sentence, answers) not in trained, sentence
+        assert len(smoke_tokenizer.tokenize(answers[0])) == 1  # one piece: the token view can show it first
+    assert len({answers for _, answers in picked.examples}) == len(picked.examples)  # spread over different words
+    assert pick_examples(smoke_model, smoke_tokenizer, TRAIN, held_out, seed=3) == picked
+    assert any(  # the seed draws the sentences: another seed may take another sentence of the same word
+        pick_examples(smoke_model, smoke_tokenizer, TRAIN, held_out, seed=s).examples != picked.examples
+        for s in range(4, 10)
+    )
+
+
+def test_picking_skips_words_the_stock_model_already_puts_first(smoke_model, smoke_tokenizer, monkeypatch):
+    import hp_mlm.course.examples as course_examples
+
+    first = course_examples.pick_examples(smoke_model, smoke_tokenizer, TRAIN, HELD_OUT, seed=0)
+    known = {answers[0] for _, answers in first.examples[:2]}  # a stock model that knows two of the words
+    real = course_examples.fill_mask
+
+    def knows_some(model, tokenizer, sentences, top_k=5, **kwargs):
+        found = real(model, tokenizer, sentences, top_k=top_k, **kwargs)
+        for sentence, masks in zip(sentences, found):
+            for word in known:
+                if any(unmasked(sentence, [word]) in row.lower() for row in HELD_OUT):
+                    masks[0][0] = {**masks[0][0], "token": word}
+        return found
+
+    monkeypatch.setattr(course_examples, "fill_mask", knows_some)
+    again = course_examples.pick_examples(smoke_model, smoke_tokenizer, TRAIN, HELD_OUT, seed=0)
+    words = {answers[0] for _, answers in again.examples}
+    assert again.examples and not words & known, (words, known)
+    assert known <= set(again.known)  # said as skipped, for a report on how much of a corpus the model knew
+
+
+def test_a_corpus_without_a_candidate_gets_no_examples_and_says_so(smoke_model, smoke_tokenizer):
+    from hp_mlm.course.examples import pick_examples
+
+    lower = [line.lower() for line in SMOKE_LINES]  # no capitalised names: nothing to pick
+    picked = pick_examples(smoke_model, smoke_tokenizer, lower[:300], lower[300:], seed=0)
+    assert picked.examples == () and picked.scored_whole == []
+    assert "none picked" in picked.note and "goes on without examples" in picked.note
+
+
+def test_an_examples_file_wins_over_the_shipped_and_the_picked(tmp_path, smoke_model, smoke_tokenizer):
+    from types import SimpleNamespace
+
+    from hp_mlm.config import get_settings
+    from hp_mlm.course.examples import GIVEN, PICKED, SHIPPED, run_examples
+
+    given = tmp_path / "mine.jsonl"
+    given.write_text('{"text": "The ferry crossed the [MASK] Lake.", "answer": "Silver"}\n', encoding="utf-8")
+    for dataset in ("hp_mlm:smoke-corpus", "my_notes.txt"):
+        prepared = SimpleNamespace(
+            settings=get_settings("smoke", environ={}, dataset=dataset),
+            loaded=SimpleNamespace(model=smoke_model, tokenizer=smoke_tokenizer),
+            train_rows={"text": TRAIN},
+            validation_rows={"text": HELD_OUT},
+        )
+        chosen = run_examples(prepared, given, log=lambda _: None)
+        assert chosen.source == GIVEN and chosen.examples == (("The ferry crossed the [MASK] Lake.", ("silver",)),)
+        without = run_examples(prepared, None, log=lambda _: None)
+        assert without.source == (SHIPPED if dataset == "hp_mlm:smoke-corpus" else PICKED)
+
+
+@pytest.mark.parametrize(
+    "line, said",
+    [
+        ("not json", "must be a JSON object"),
+        ('{"text": "no mask here", "answer": "x"}', "one answer per [MASK]"),
+        ('{"text": "[MASK] and [MASK]", "answer": "x"}', "one answer per [MASK]"),
+    ],
+)
+def test_a_broken_examples_file_gets_one_line_naming_the_line(tmp_path, line, said):
+    from hp_mlm.course.examples import read_examples
+
+    path = tmp_path / "bad.jsonl"
+    path.write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape(said)) as error:
+        read_examples(path)
+    assert "\n" not in str(error.value) and "bad.jsonl:1" in str(error.value)
+
+
+def test_a_name_the_vocabulary_cannot_spell_is_never_picked(tiny_vocab_tokenizer):
+    """A name that is the unknown token in the vocabulary can never be a guess, so its example could never turn."""
+    from hp_mlm.course.examples import pick_examples
+    from hp_mlm.models import build_smoke_model
+
+    model = build_smoke_model(tiny_vocab_tokenizer)
+    train = [f"On day {n}, Harry looked at the owl while Zorblat watched." for n in range(6)]
+    held_out = [
+        f"In the {w} light, {name} looked at the owl." for w in ("grey", "cold", "dim") for name in ("Harry", "Zorblat")
+    ]
+    picked = pick_examples(model, tiny_vocab_tokenizer, train, held_out, seed=0)
+    assert all(tiny_vocab_tokenizer.unk_token not in answers for _, answers in picked.examples), picked.examples

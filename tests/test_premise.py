@@ -38,7 +38,8 @@ def test_the_committed_runs_are_of_each_profiles_own_premise_and_end_on_its_word
 
 def test_after_comes_from_the_committed_run_until_the_learner_saves_a_model(tmp_path):
     settings = get_settings("smoke", environ={}, output_dir=str(tmp_path))
-    after = premise_after(settings)
+    sentence, _ = premise(settings)
+    after = premise_after(settings, sentence)
     run = committed_frames("smoke")
     assert after["source"] == "the course's committed run"
     assert after["candidates"] == run["frames"][-1]["examples"][0][0][:3]
@@ -46,15 +47,31 @@ def test_after_comes_from_the_committed_run_until_the_learner_saves_a_model(tmp_
     with torch.no_grad():  # a model of the learner's own, unlike the committed one
         loaded.model.cls.predictions.bias.add_(torch.linspace(0, 5, loaded.model.cls.predictions.bias.numel()))
     save_model(loaded.model, loaded.tokenizer, tmp_path / "model")
-    mine = premise_after(settings)
-    sentence, _ = premise(settings)
+    mine = premise_after(settings, sentence)
     assert mine["source"] == "your model"
     expected = fill_mask(loaded.model, loaded.tokenizer, sentence, 3)[0][0]
     assert [c["token"] for c in mine["candidates"]] == [c["token"] for c in expected]
 
 
+def test_your_own_corpus_opens_with_a_sentence_picked_from_its_held_out_rows(tmp_path):
+    from importlib import resources
+
+    from hp_mlm.prepare import prepare
+
+    lines = (resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "mine.txt").write_text("\n".join(lines[:200]), encoding="utf-8")  # ships no examples
+    settings = get_settings("smoke", environ={}, dataset=str(tmp_path / "mine.txt"), output_dir=str(tmp_path / "o"))
+    sentence, answers = premise(settings)
+    held_out = " ".join(prepare(settings).validation_rows[settings.text_column])
+    assert sentence.replace("[MASK]", answers[0]).lower() in held_out.lower()  # a held-out sentence, its word hidden
+    assert premise_after(settings, sentence) is None  # no committed run of your text, no model of yours yet
+    (tmp_path / "lower.txt").write_text("\n".join(lines[:200]).lower(), encoding="utf-8")  # no names to pick
+    assert premise(get_settings("smoke", environ={}, dataset=str(tmp_path / "lower.txt"))) is None
+
+
 def test_a_profile_without_a_committed_run_or_a_model_has_no_after(tmp_path):
-    assert premise_after(get_settings("quick", environ={}, output_dir=str(tmp_path))) is None
+    settings = get_settings("quick", environ={}, output_dir=str(tmp_path))
+    assert premise_after(settings, premise(settings)[0]) is None
 
 
 def watch_of_two_sentences() -> dict:

@@ -1,9 +1,10 @@
 """The course's premise in the active profile: one sentence, what the stock model says, and what the
 fine-tuned model says after (notebook 00, which opens with it).
 
-The premise is the first of the profile's example sentences (``inference.examples``): *Harry [MASK]* in
+The premise is the first of the run's example sentences (``course.examples.run_examples``): *Harry [MASK]* in
 the ``full`` and ``quick`` profiles, the course corpus's *Hob [MASK]* offline, the smoke corpus's own
-sentence in ``smoke``. "After" comes from the model notebook 03 saved in the profile's output folder
+sentence in ``smoke``, and for a corpus of your own the first sentence the course picks from your held-out
+rows. "After" comes from the model notebook 03 saved in the profile's output folder
 when there is one, else from the last frame of the course's committed run of that profile
 (``corpora/frames_<profile>.json``, the live view's frames of a real run), and says which.
 """
@@ -15,13 +16,21 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hp_mlm.course.examples import run_examples
 from hp_mlm.inference import examples, fill_mask
 from hp_mlm.models import load_model
+from hp_mlm.prepare import prepare
 
 
-def premise(settings) -> tuple[str, tuple[str, ...]]:
-    """The profile's premise sentence and the corpus's word at its mask(s). ``settings``: ``config.Settings``."""
-    return examples(settings.dataset)[0]
+def premise(settings) -> tuple[str, tuple[str, ...]] | None:
+    """The run's premise sentence and the corpus's word at its mask(s). ``settings``: ``config.Settings``.
+    A corpus that ships no examples (your own text) is prepared and its examples picked from its held-out
+    rows, as the main job picks them; None when none could be picked."""
+    shipped = examples(settings.dataset)
+    if shipped:
+        return shipped[0]
+    picked = run_examples(prepare(settings), log=lambda _: None).examples
+    return picked[0] if picked else None
 
 
 def committed_frames(profile: str) -> dict[str, Any] | None:
@@ -31,12 +40,12 @@ def committed_frames(profile: str) -> dict[str, Any] | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
 
-def premise_after(settings, top_k: int = 3) -> dict[str, Any] | None:
-    """What the fine-tuned model says at the premise's first mask: ``{"source", "candidates"}`` with the
+def premise_after(settings, sentence: str, top_k: int = 3) -> dict[str, Any] | None:
+    """What the fine-tuned model says at the first mask of ``sentence`` (:func:`premise`'s): ``{"source", "candidates"}`` with the
     ``top_k`` candidates ``{"token", "score"}``. The source is ``"your model"`` (``<output_dir>/model``, saved
     by notebook 03 or the main job) when it exists, else ``"the course's committed run"`` (its last frame,
-    which keeps the top 3); None when neither exists (the ``full`` and ``quick`` profiles before a run)."""
-    sentence, _ = premise(settings)
+    which keeps the top 3); None when neither exists (the ``full`` and ``quick`` profiles, or your own corpus,
+    before a run)."""
     folder = Path(settings.output_dir) / "model"
     if (folder / "config.json").is_file():
         tuned = load_model(str(folder))

@@ -36,7 +36,8 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.callbacks import time_budget
-from hp_mlm.inference import examples, fill_mask
+from hp_mlm.inference import examples as shipped_examples
+from hp_mlm.inference import fill_mask
 from hp_mlm.studies.probes import default_probes, load_probes, normalise_answer, score_probes
 from hp_mlm.training import Callback, TrainingPlan
 
@@ -87,6 +88,9 @@ class WatchLearning(Callback):
             two); None: :func:`watch_every` of the run's steps; 0: off.
         log: where a frame's line goes (``print``, the job's log); None: a notebook's display updated in
             place when an IPython kernel runs this, else ``print``.
+        examples: the run's example sentences (``course.examples.run_examples``); None: those shipped with the
+            profile's corpus (``inference.examples``). With no example and no one-token probe there is nothing
+            to watch: no frame is scored.
     Each frame is ``{"step", "seconds"`` (training clock), ``"examples"`` (``[sentence][mask]``: the top-3
     ``{"token", "score"}``), ``"probes_right"``, ``"probes"}`` (top-1 hits of how many one-token probes).
     """
@@ -98,6 +102,7 @@ class WatchLearning(Callback):
         probes: Sequence[dict[str, Any]] | None = None,
         every: int | None = None,
         log: Callable[[str], None] | None = None,
+        examples: Any = None,
     ) -> None:
         if probes is None:
             shipped = default_probes(plan.settings)
@@ -105,8 +110,10 @@ class WatchLearning(Callback):
         one_token = [p for p in probes if len(tokenizer.tokenize(normalise_answer(p["answer"], tokenizer))) == 1]
         self.tokenizer = tokenizer
         self.probes = [{"text": p["text"], "answer": p["answer"]} for p in one_token]  # no candidates to rank
-        self.examples = examples(plan.settings.dataset)
+        shown = getattr(examples, "examples", examples)  # course.examples.Examples, or the pairs themselves
+        self.examples = tuple(shipped_examples(plan.settings.dataset) if shown is None else shown)
         self.every = watch_every(plan.total_steps) if every is None else every
+        self.every = self.every if self.examples or self.probes else 0
         self.log, self.handles = log, None
         self.total, self.budget = plan.total_steps, time_budget(plan).seconds  # for the time left
         self.drawn = self.stepped = time.monotonic()  # wall clock of the last redraw, and of the last step
@@ -155,7 +162,7 @@ class WatchLearning(Callback):
         started = time.perf_counter()
         sentences = [text for text, _ in self.examples]
         with torch.inference_mode():  # fill_mask switches to eval mode (no dropout) and back
-            found = fill_mask(model, self.tokenizer, sentences, top_k=SHOWN)
+            found = fill_mask(model, self.tokenizer, sentences, top_k=SHOWN) if sentences else []
             hits = score_probes(model, self.tokenizer, self.probes, top_k=1)["hits_top1"] if self.probes else 0
         guesses = [[[{"token": c["token"], "score": round(c["score"], 4)} for c in mask] for mask in s] for s in found]
         frame = {
@@ -284,14 +291,14 @@ def frame_line(frame: dict[str, Any], shown: Sequence[tuple[str, Sequence[str]]]
     """One frame as a log line: the first example's top-3, how many masks have the corpus's word first,
     and the probes right, e.g. ``step 40 (0.3 min)  Hob [MASK] -> tanner 0.41, ##water, ##by  masks 1/5
     probes 3/35``."""
-    text, _ = shown[0]
-    first = frame["examples"][0][0]
-    guesses = ", ".join(_guess(c, i == 0) for i, c in enumerate(first))
-    answers = [a for _, words in shown for a in words]
-    tops = [mask[0]["token"] for sentence in frame["examples"] for mask in sentence]
-    right = sum(t == a for t, a in zip(tops, answers))
-    line = f"step {frame['step']} ({frame['seconds'] / 60:.1f} min)  {mask_label(text, 0)} -> {guesses}"
-    line += f"  masks {right}/{len(answers)} first"
+    line = f"step {frame['step']} ({frame['seconds'] / 60:.1f} min)"
+    if shown:  # a run without examples shows its probes alone
+        first = frame["examples"][0][0]
+        guesses = ", ".join(_guess(c, i == 0) for i, c in enumerate(first))
+        answers = [a for _, words in shown for a in words]
+        tops = [mask[0]["token"] for sentence in frame["examples"] for mask in sentence]
+        right = sum(t == a for t, a in zip(tops, answers))
+        line += f"  {mask_label(shown[0][0], 0)} -> {guesses}  masks {right}/{len(answers)} first"
     return line + (f"  probes {frame['probes_right']}/{frame['probes']}" if frame["probes"] else "")
 
 

@@ -25,6 +25,9 @@ from hp_mlm.config import Settings
 from hp_mlm.hub import is_local
 from hp_mlm.inference import example_sentences
 
+#: The load example's sentence for a run without example sentences (written for the course).
+PLAIN_SENTENCE = "The capital of France is [MASK]."
+
 CARD = "README.md"
 #: The settings a reader needs to judge or repeat the run (the rest are in the job's metrics.json).
 SETTINGS_SHOWN = (
@@ -92,8 +95,8 @@ Sentences about the corpus with one word hidden, the word the corpus gives as th
 {%- if first_right %}
 ## When the corpus's words were learned first
 
-While it trained, the model's first guess at each mask of the course's example sentences was read
-every {{ watch_every }} optimiser steps; the corpus's word came first at:
+While it trained, the model's first guess at each mask of the example sentences ({{ examples_source }}) was
+read every {{ watch_every }} optimiser steps; the corpus's word came first at:
 
 {% for line in first_right -%}
 - {{ line }}
@@ -186,8 +189,9 @@ def card_summary(
         before, after: ``evaluation.evaluate`` results on the frozen held-out rows.
     Returns:
         A JSON-able dict: ``settings`` (those in ``SETTINGS_SHOWN``), ``held_out`` ({"before", "after"}),
-        ``probes``, ``run``, ``seconds`` (``train_clock``: the loop's own clock, as the log says it; ``total``), ``data``, ``watch`` (``every`` and
-        ``first_right``: when each example's word came first, ``course.watch``); missing parts are absent.
+        ``probes``, ``run``, ``seconds`` (``train_clock``: the loop's own clock, as the log says it; ``total``), ``data``,
+        ``watch`` (``every`` and ``first_right``: when each example's word came first, ``course.watch``), ``examples``
+        (the run's first example sentence and where its examples came from, ``course.examples``); missing parts are absent.
     """
     settings = settings.as_dict() if isinstance(settings, Settings) else dict(settings)
     summary: dict[str, Any] = {"settings": {k: settings[k] for k in SETTINGS_SHOWN if k in settings}}
@@ -196,6 +200,8 @@ def card_summary(
     watch = (metrics or {}).get("watch") or (history or {}).get("watch")
     if watch and watch.get("frames"):
         summary["watch"] = {"every": watch["every"], "first_right": watch["first_right"]}
+    if (metrics or {}).get("examples"):  # the run's own list (course.examples), where the job recorded it
+        summary["examples"] = {"first": metrics["examples"][0]["text"], "source": metrics.get("examples_source")}
     if history:
         summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
         summary["seconds"] = {"train_clock": sum(e["seconds"] for e in history["epochs"])}
@@ -266,14 +272,17 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         for label, (key, fmt) in formats.items()
     ]
     counted = next((held[w] for w in ("after", "before") if w in held), {})
+    shown = summary.get("examples", {})
+    example = shown.get("first") or next(iter(example_sentences(s.get("dataset", ""))), PLAIN_SENTENCE)
     return {
         "model_name": name,
         "base": s.get("model", "?"),
         "dataset": s.get("dataset", "?"),
         "split": s.get("split", "?"),
         "load_from": repo_id or "path/to/this/folder",
-        "example_left": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[0],
-        "example_right": example_sentences(s.get("dataset", ""))[0].partition("[MASK]")[2],
+        "example_left": example.partition("[MASK]")[0],
+        "example_right": example.partition("[MASK]")[2],
+        "examples_source": shown.get("source") or "shipped with the corpus",
         "rows": counted["n_rows"] if finite(counted.get("n_rows")) else "the",
         "masked": f"{counted['n_positions']:,}" if finite(counted.get("n_positions")) else "",
         "held_out": table,

@@ -43,6 +43,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         log=lambda line: print(as_flags(line)),
         candidates=args.candidates,
         watch_every=args.watch_every,
+        examples_file=args.examples,
     )
     if not process_state().is_main_process:  # under accelerate launch, one report
         return 0

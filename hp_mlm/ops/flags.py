@@ -181,6 +181,13 @@ def _train_flags(sub) -> None:
         "the package's corpora, else none)",
     )
     t.add_argument(
+        "--examples",
+        metavar="FILE",
+        help='a .jsonl of {"text": "... [MASK] ...", "answer": "word"} lines: the example sentences the run '
+        "shows while it trains and in its report (default: those shipped with the corpus, else a few picked "
+        "from your held-out rows)",
+    )
+    t.add_argument(
         "--candidates",
         metavar="FILE",
         help="words (one per line) ranked at the mask of every probe that lists no candidates of its own",
@@ -274,7 +281,7 @@ def _evaluate_flags(sub) -> None:
 
 
 #: Options that are not settings (``job.run_job``'s and ``options.compare_options``' arguments), named in messages.
-JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds", "watch_every")
+JOB_OPTIONS = ("overwrite", "resume", "probes", "candidates", "push_to_hub", "seeds", "watch_every", "examples")
 
 
 def flag_for(name: str) -> str:

@@ -26,9 +26,10 @@ from hp_mlm.checkpoints import (
 )
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings
+from hp_mlm.course.examples import Examples, read_examples, run_examples
 from hp_mlm.data import CorpusReport, parse_split
 from hp_mlm.evaluation import evaluate
-from hp_mlm.inference import example_sentences, examples, fill_mask
+from hp_mlm.inference import fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
 from hp_mlm.ops.push import PushError, check_push, upload_model
@@ -99,6 +100,7 @@ def run_job(
     push_to_hub: str | None = None,
     candidates: str | Path | None = None,
     watch_every: int | None = None,
+    examples_file: str | Path | None = None,
 ) -> dict[str, Any]:
     """The whole main job; writes ``model/`` (with its model card, ``model/README.md``: ``card.write_model_card``),
     ``metrics.json``, ``history.json`` and two PNG plots.
@@ -111,6 +113,8 @@ def run_job(
     a file of words ranked at every probe's mask that lists none of its own (``probes.read_candidates``).
     ``watch_every``: optimiser steps between two
     frames of ``course.watch.WatchLearning`` (a line each in the log; None: about 12 in the run; 0: none).
+    ``examples_file``: the example sentences, one JSON object a line (``course.examples.read_examples``); without
+    it, those shipped with the corpus, else those picked from the held-out rows (``course.examples.run_examples``).
 
     Returns:
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
@@ -127,8 +131,12 @@ def run_job(
     log = log if state.is_main_process else (lambda _: None)
     try:  # a run refused or failed in a live process (a notebook kernel) leaves the folder free
         probe_list = check_before_loading(settings, probes, overwrite, resume, push_to_hub, log, candidates)
+        if examples_file:
+            read_examples(examples_file)  # a broken file is refused before any loading
         prep = prepare(settings, inputs_checked=True)
         log_data(prep, log)
+        shown = run_examples(prep, examples_file, log)  # picked with the stock model, before any training step
+        probe_list = probe_list + shown.scored_whole
         if note := auto_note(settings, prep):
             log(note)
         if note := upcast_note(prep.loaded.name):
@@ -139,14 +147,14 @@ def run_job(
         phase = time.perf_counter()
         tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
         words = freeze_whole_words(prep.validation_tokens, tok, s.mlm_probability, s.seed)
-        before = measure(prep, prep.loaded.model, "before", words, probe_list)
+        before = measure(prep, prep.loaded.model, "before", words, probe_list, shown=shown)
         seconds["evaluate_before"] = time.perf_counter() - phase
         log_before_training(prep, before, state.num_processes, log)
-        history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every))
+        history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every), shown)
         phase = time.perf_counter()
         after["probes"] = predict(prep, probe_list)
         seconds["predict"] = time.perf_counter() - phase
-        metrics = collect_metrics(prep, before, after, history, seconds)
+        metrics = collect_metrics(prep, before, after, history, seconds, shown)
         phase = time.perf_counter()
         if state.is_main_process:
             save_outputs(prep, history, metrics, out, push_to_hub)
@@ -269,11 +277,18 @@ def held_out(prep: Prepared, model) -> dict[str, Any]:
 
 
 def measure(
-    prep: Prepared, model, when: str, words: list | None, probe_list: list | None = None, held: dict | None = None
+    prep: Prepared,
+    model,
+    when: str,
+    words: list | None,
+    probe_list: list | None = None,
+    held: dict | None = None,
+    shown: Examples | None = None,
 ) -> dict:
     """What is measured ``when`` ("before" or "after"): held-out scores (``held`` when the loop has
     scored them already), the original tutorial's accuracy (a fresh draw), the held-out ``words``
-    hidden whole (``studies.breakdowns.freeze_whole_words``, frozen once a run) and, given, the probes."""
+    hidden whole (``studies.breakdowns.freeze_whole_words``, frozen once a run) and, given, the probes
+    and the run's example sentences (``shown``, ``course.examples.run_examples``; none: ``[]``)."""
     s, tok = prep.settings, prep.loaded.tokenizer
     result = {"held_out": held or held_out(prep, model)}
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
@@ -288,9 +303,8 @@ def measure(
     )
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
-    result["examples"] = fill_mask(
-        model, tok, list(example_sentences(s.dataset)), top_k=s.top_k, max_length=s.max_length
-    )
+    sentences = [text for text, _ in shown.examples] if shown else []
+    result["examples"] = fill_mask(model, tok, sentences, top_k=s.top_k, max_length=s.max_length) if sentences else []
     return result
 
 
@@ -322,10 +336,11 @@ def train_and_measure(
     log: Callable[[str], None],
     words: list | None,
     watched: tuple[list, int | None] = ([], 0),
+    shown: Examples | None = None,
 ) -> tuple[dict, dict]:
     """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
     ``seconds`` gains ``train``, ``train_clock``, ``watch`` and ``evaluate_after``. ``watched``: the probes
-    and the steps between two frames of the watch (``course.watch``; 0: none)."""
+    and the steps between two frames of the watch (``course.watch``; 0: none); ``shown``: the run's examples."""
     from tqdm.auto import tqdm
 
     from hp_mlm.course.watch import WatchLearning, run_ending
@@ -346,7 +361,7 @@ def train_and_measure(
     watch = (
         []
         if every == 0 or not plan.accelerator.is_main_process
-        else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, tqdm.write if s.progress else log)]
+        else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, tqdm.write if s.progress else log, shown)]
     )  # first: its last frame shows the weights trained, before early stopping takes the best epoch's
     callbacks: list[Callback] = [*watch, validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last
     history = run_training(plan, callbacks)
@@ -367,7 +382,7 @@ def train_and_measure(
     seconds["train"] = time.perf_counter() - phase - validated["seconds"] - seconds["watch"]
     seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
     phase = time.perf_counter()
-    after = measure(prep, model, "after", words, held=validated)
+    after = measure(prep, model, "after", words, held=validated, shown=shown)
     seconds["evaluate_after"] = validated["seconds"] + time.perf_counter() - phase
     return history, after
 
@@ -378,9 +393,10 @@ def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def collect_metrics(
-    prep: Prepared, before: dict, after: dict, history: dict, seconds: dict[str, float]
+    prep: Prepared, before: dict, after: dict, history: dict, seconds: dict[str, float], shown: Examples | None = None
 ) -> dict[str, Any]:
-    """The dict written to ``metrics.json`` (see :func:`run_job`)."""
+    """The dict written to ``metrics.json`` (see :func:`run_job`); ``examples_source`` says where the run's
+    examples came from (``course.examples``: shipped, given or picked)."""
     rows_note = "training rows, one random position per row (specials included), a fresh draw per call"
     return {
         "before": before["held_out"],
@@ -397,8 +413,9 @@ def collect_metrics(
         "entities": prep.entities[:50],
         "examples": [
             {"text": text, "answers": list(answers), "before": b, "after": a}
-            for (text, answers), b, a in zip(examples(prep.settings.dataset), before["examples"], after["examples"])
+            for (text, answers), b, a in zip(shown.examples if shown else (), before["examples"], after["examples"])
         ],
+        "examples_source": shown.source if shown else None,
         "data": {
             **prep.report.__dict__,
             "n_train": len(prep.train_rows),

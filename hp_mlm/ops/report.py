@@ -38,8 +38,10 @@ def format_report(metrics: dict[str, Any]) -> str:
     p = metrics["probes"]
     if p["after"]["n"]:
         lines += _probe_lines(p["before"], p["after"])
+    else:  # own data without probes: the held-out scores above are the whole story
+        lines.append("probes: none given (a .jsonl of sentences with [MASK] and their answers: --probes FILE)")
     lines.append("")
-    lines += _example_lines(metrics["examples"])
+    lines += _example_lines(metrics["examples"], metrics.get("examples_source"))
     lines += _first_right_lines(metrics.get("watch"))
     lines += [metrics["ending"]] if metrics.get("ending") else []  # why no word came first, and what next
     for row in p["after"]["rows"]:
@@ -98,10 +100,14 @@ def _probe_lines(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _example_lines(examples: list[dict[str, Any]]) -> list[str]:
-    """Each example sentence, then at each mask the 3 likeliest tokens before and after fine-tuning, and the
-    corpus's word (marked where the model now puts it first)."""
-    lines = ["examples: the 3 likeliest tokens at each [MASK], before -> after fine-tuning (the corpus's word)"]
+def _example_lines(examples: list[dict[str, Any]], source: str | None = None) -> list[str]:
+    """Where the examples came from (``course.examples``), each example sentence, then at each mask the 3
+    likeliest tokens before and after fine-tuning, and the corpus's word (marked where the model now puts it
+    first); a line saying there are none when no example was shipped, given or picked."""
+    where = f" ({source})" if source else ""
+    if not examples:
+        return [f"examples{where}: none (a .jsonl of sentences with [MASK] and their answers: --examples FILE)"]
+    lines = [f"examples{where}: the 3 likeliest tokens at each [MASK], before -> after fine-tuning (the corpus's word)"]
     for example in examples:
         lines.append(example["text"])
         for before, after, answer in zip(example["before"], example["after"], example["answers"]):
