@@ -81,8 +81,8 @@ BUDGETS = {
     ("masking.mask_tokens",): 80,
 }
 #: At most this many core modules and code lines in all. The issue asked 2,000 lines; ARCHITECTURE.md
-#: says what the 2,255 are (nearly all of them reached from what notebooks 00-04 call).
-CORE_MODULES, CORE_LINES = 16, 2255
+#: says what the 2,250 are (nearly all of them reached from what notebooks 00-04 call).
+CORE_MODULES, CORE_LINES = 16, 2250
 
 
 def package_sources() -> dict[str, str]:
