@@ -109,7 +109,6 @@ def test_every_target_is_answered_and_small_probabilities_stay_readable(saved_sm
     [
         (["--targets", ""], "target"),
         (["--targets", "lake,🙂"], "[UNK]"),  # a word the vocabulary cannot spell (one of several pieces is scored)
-        (["--top-k", "40000"], "vocabulary"),
     ],
 )
 def test_bad_predict_requests_get_one_line(saved_smoke, capsys, args, needle):

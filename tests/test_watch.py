@@ -199,7 +199,7 @@ def test_on_a_slow_machine_the_view_moves_every_15_s_and_a_frame_comes_every_2_m
     frames = [f["seconds"] for f in watch.record["frames"]]
     assert len(frames) > 100 // 40 + 1 and max(b - a for a, b in zip(frames, frames[1:])) <= 120
     assert scored == len(frames)  # a redraw between frames runs no model
-    assert [kind for _, kind in drawn[:3]] == ["FramesTable", "LearningCurves", "RunLine"]
+    assert [kind for _, kind in drawn[:3]] == ["RunLine", "FramesTable", "LearningCurves"]  # the line on top
 
 
 def test_on_a_fast_machine_frames_come_every_watch_every_steps_and_redraws_are_rare(smoke_tokenizer, monkeypatch):

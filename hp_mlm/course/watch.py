@@ -202,7 +202,8 @@ class WatchLearning(Callback):
             return
         from IPython.display import display
 
-        shown = (FramesTable(self.record["frames"], self.examples), *self.moving())
+        curves, line = self.moving()  # the line first: it is what moves, and a table of rows grows under it
+        shown = (line, FramesTable(self.record["frames"], self.examples), curves)
         if self.handles is None:
             self.handles = [display(item, display_id=True) for item in shown]
         else:
@@ -216,9 +217,9 @@ class WatchLearning(Callback):
         watch's, off the training clock)."""
         started, now, (curves, line) = time.perf_counter(), time.monotonic(), self.moving()
         if now - self.curve["at"] >= CURVE_SPACING * self.curve["seconds"]:
-            self.handles[1].update(curves)
+            self.handles[2].update(curves)
             self.curve = {"at": time.monotonic(), "seconds": time.perf_counter() - started}
-        self.handles[2].update(line)
+        self.handles[0].update(line)
         self.drawn = time.monotonic()
         self.record["seconds"] += time.perf_counter() - started
 

@@ -78,7 +78,12 @@ ENTRIES: dict[str, tuple[str, ...]] = {
         "inference._checked_sentences",
         "ops.cli._cmd_predict",
     ),
-    "the-probes-file": ("studies.probes.load_probes", "studies.probes._candidates", "studies.probes.read_candidates"),
+    "the-probes-file-or-the-examples-file": (
+        "studies.probes.load_probes",
+        "studies.probes._candidates",
+        "studies.probes.read_candidates",
+        "course.examples.read_examples",
+    ),
     "a-plan-cannot-be-trained": ("training.build_scheduler", "training.start", "training.check_resolved"),
     "spacy-is-not-installed": ("studies.entities.find_entities_spacy",),
     "packing-the-librarys-way-and-the-downstream-probe": (
@@ -109,7 +114,7 @@ BY_TYPE = {
 BY_SETTING = {
     "model": "the-model-cannot-be-loaded",
     "dataset": "the-data-cannot-be-read",
-    "probes": "the-probes-file",
+    "probes": "the-probes-file-or-the-examples-file",
 }
 _BY_FUNCTION = {function: anchor for anchor, functions in ENTRIES.items() for function in functions}
 
