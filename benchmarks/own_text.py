@@ -78,7 +78,8 @@ def run(dataset: str, seed: int, out: Path, reuse: bool) -> tuple[dict, float | 
     command = [sys.executable, "-m", "hp_mlm", "train", "--profile", "quick", "--model", OFFLINE_MODEL]
     command += ["--dataset", dataset, "--seed", str(seed), "--output-dir", str(out), "--no-progress", "--overwrite"]
     started = time.perf_counter()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    with out.with_suffix(".log").open("w") as log:  # the job's printed lines, beside its folder
+        subprocess.run(command, check=True, stdout=log)
     return json.loads((out / "metrics.json").read_text()), time.perf_counter() - started
 
 
