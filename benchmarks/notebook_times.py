@@ -1,4 +1,4 @@
-"""How long each notebook takes to run, per profile: the machine times in the notebooks' frames and the README.
+"""How long each notebook takes to run, per profile: the machine times in the notebooks' frames and docs/teaching.md.
 
 Executes the course notebooks (and their solutions notebooks) one after another in a fresh kernel each,
 as a learner's "Run all" would (kernel start included), and writes the seconds per notebook to
