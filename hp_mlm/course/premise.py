@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import json
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
+from hp_mlm.checkpoints import finished_model
 from hp_mlm.course.examples import run_examples
 from hp_mlm.inference import examples, fill_mask
 from hp_mlm.models import load_model
@@ -46,8 +46,8 @@ def premise_after(settings, sentence: str, top_k: int = 3) -> dict[str, Any] | N
     by notebook 03 or the main job) when it exists, else ``"the course's committed run"`` (its last frame,
     which keeps the top 3); None when neither exists (the ``full`` and ``quick`` profiles, or your own corpus,
     before a run)."""
-    folder = Path(settings.output_dir) / "model"
-    if (folder / "config.json").is_file():
+    folder = finished_model(settings.output_dir)  # the model notebook 03 or the main job saved, if any
+    if folder is not None:
         tuned = load_model(str(folder))
         return {"source": "your model", "candidates": fill_mask(tuned.model, tuned.tokenizer, sentence, top_k)[0][0]}
     run = committed_frames(settings.profile)
