@@ -121,10 +121,9 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
     in_training = sum(
         bool(e["text"]) and e["text"].replace("[MASK]", e["answers"][0]).lower() in trained for e in metrics["examples"]
     )
-    whole = [
-        {"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]}
-        for b, a in zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"])
-    ]
+    rows = list(zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"]))
+    picked_rows = rows[len(rows) - metrics["probes"].get("picked", len(rows)) :]  # the last: picked, not given
+    whole = [{"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]} for b, a in picked_rows]
     return {
         "source": metrics.get("examples_source"),
         "picked": picked,

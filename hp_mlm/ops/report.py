@@ -36,16 +36,19 @@ def format_report(metrics: dict[str, Any]) -> str:
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
     lines += _whole_word_lines(metrics.get("whole_words") or {})
     p = metrics["probes"]
-    if p["after"]["n"]:
+    picked = p.get("picked", 0)  # the last rows: a name of several pieces picked with the examples, scored whole
+    if p["after"]["n"] > picked:
         lines += _probe_lines(p["before"], p["after"])
+        lines += [f"    of them {picked} picked from your held-out rows, scored whole"] if picked else []
     else:  # own data without probes: the held-out scores above are the whole story
         lines.append("probes: none given (a .jsonl of sentences with [MASK] and their answers: --probes FILE)")
     lines.append("")
     lines += _example_lines(metrics["examples"], metrics.get("examples_source"))
     lines += _first_right_lines(metrics.get("watch"))
     lines += [metrics["ending"]] if metrics.get("ending") else []  # why no word came first, and what next
-    for row in p["after"]["rows"]:
+    for number, row in enumerate(p["after"]["rows"], start=1):
         mark = "right" if row["hit_top1"] else "wrong"
+        mark += ", picked, scored whole" if number > len(p["after"]["rows"]) - picked else ""
         pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
         lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']}{pieces})")
     lines += _time_lines(metrics.get("seconds", {}))
