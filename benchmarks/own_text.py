@@ -122,7 +122,7 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
         bool(e["text"]) and e["text"].replace("[MASK]", e["answers"][0]).lower() in trained for e in metrics["examples"]
     )
     rows = list(zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"]))
-    picked_rows = rows[len(rows) - metrics["probes"].get("picked", len(rows)) :]  # the last: picked, not given
+    picked_rows = rows[len(rows) - metrics["probes"].get("from_examples", len(rows)) :]  # the last: picked, not given
     whole = [{"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]} for b, a in picked_rows]
     return {
         "source": metrics.get("examples_source"),

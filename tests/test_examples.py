@@ -117,6 +117,29 @@ def test_an_examples_file_wins_over_the_shipped_and_the_picked(tmp_path, smoke_m
         assert without.source == (SHIPPED if dataset == "hp_mlm:smoke-corpus" else PICKED)
 
 
+def test_a_given_example_of_several_pieces_is_scored_whole_not_watched_as_one_token(tmp_path, smoke_tokenizer):
+    """A learner's own invented name (``quillamor``: ``quill ##am ##or``) given in an examples file used to be
+    watched as one token, so it could never come first, and the report said it was not learned though the
+    model put the whole word first; it now goes with the picked ones of several pieces, scored whole."""
+    from hp_mlm.course.examples import GIVEN, read_examples
+
+    given = tmp_path / "mine.jsonl"
+    lines = ['{"text": "Every autumn, Oswin [MASK] wound the clocks.", "answer": "Quillamor"}',
+             '{"text": "Hob [MASK] rowed the [MASK] across.", "answer": ["tanner", "ferry"]}']  # fmt: skip
+    given.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    chosen = read_examples(given, smoke_tokenizer)
+    assert chosen.source == GIVEN
+    assert chosen.examples == (("Hob [MASK] rowed the [MASK] across.", ("tanner", "ferry")),)
+    assert chosen.scored_whole == [{"text": "Every autumn, Oswin [MASK] wound the clocks.", "answer": "quillamor"}]
+    assert "quillamor: several word pieces, scored whole in the report" in chosen.note
+    given.write_text('{"text": "[MASK] met [MASK].", "answer": ["tanner", "quillamor"]}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=re.escape("'quillamor' is 3 word pieces (quill ##am ##or)")) as error:
+        read_examples(given, smoke_tokenizer)
+    assert (
+        "\n" not in str(error.value) and "mine.jsonl:1" in str(error.value) and "a line of its own" in str(error.value)
+    )
+
+
 @pytest.mark.parametrize(
     "line, said",
     [

@@ -141,9 +141,10 @@ def pick_examples(
     note = (
         f"examples: {len(picked)} picked from your held-out rows ({words}), names the stock model gets wrong"
         if picked
-        else "examples: none picked: no held-out sentence hides a name of the training rows that the stock "
-        "model gets wrong; the run goes on without examples (pass `examples` to give your own)"
-    )
+        else "examples: none picked: no held-out sentence hides a name of the training rows (a word written "
+        f"with a capital inside sentences, {min_count} times or more) that the stock model gets wrong; the run goes "
+        "on without examples (pass `examples` to give your own)"
+    ) + "".join(f"; {w['answer']}: several word pieces, scored whole in the report" for w in whole)
     right = len(one_piece) - sum(1 for name, masked, answer in one_piece if (name, masked) in wrong)
     return Examples(tuple(picked.values()), PICKED, whole, note, known, len(one_piece), right)
 
@@ -162,18 +163,22 @@ def first_missed_whole(
 
 def read_examples(path: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Examples:
     """Examples from a ``.jsonl`` file, one JSON object a line: ``{"text": "... [MASK] ...", "answer": "word"}``
-    (``"answer"`` a list of words for a sentence with several masks). Answers are written as the tokenizer
-    sees them (``normalise_answer``: ``"Dorothy"`` is ``"dorothy"`` for an uncased one).
+    (``"answer"`` a list of words, ``["w1", "w2"]``, for a sentence with several masks). Answers are written
+    as the tokenizer sees them (``normalise_answer``: ``"Dorothy"`` is ``"dorothy"`` for an uncased one).
+    With ``tokenizer``, a sentence with one mask whose answer is several word pieces (an invented name:
+    ``quillamor`` is ``qui ##lla ##mo ##r``) goes to ``scored_whole``, as a picked one does: one token's
+    guess can never be it, so the live view leaves it out and the report scores it whole.
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: a line that is not JSON, lacks ``text`` or ``answer``, or whose number of answers is
-            not its number of ``[MASK]``; a file without any example (the message names the line).
+            not its number of ``[MASK]``; an answer of several pieces in a sentence of several masks; a file
+            without any example (the message names the line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"examples file {str(path)!r} not found; pass a .jsonl of {{'text', 'answer'}} lines")
-    found = []
+    found, whole = [], []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -189,10 +194,18 @@ def read_examples(path: str | Path, tokenizer: PreTrainedTokenizerBase | None = 
             raise ValueError(f"{path}:{number}: the text has {str(text).count('[MASK]')} [MASK] and {len(answers)} "
                              "answer(s); give one answer per [MASK]")  # fmt: skip
         said = tuple(normalise_answer(a, tokenizer) if tokenizer is not None else a.lower() for a in answers)
-        found.append((text, said))
-    if not found:
+        several = [(a, pieces) for a in said if tokenizer is not None and len(pieces := tokenizer.tokenize(a)) > 1]
+        if several and len(said) > 1:
+            word, pieces = several[0]
+            raise ValueError(f"{path}:{number}: {word!r} is {len(pieces)} word pieces ({' '.join(pieces)}); a word "
+                             "of several pieces is scored whole only in a sentence with one [MASK]: give it a line of its own")  # fmt: skip
+        (whole if several else found).append({"text": text, "answer": said[0]} if several else (text, said))
+    if not found and not whole:
         raise ValueError(f"examples file {str(path)!r} holds no example; add a line per sentence")
-    return Examples(tuple(found), GIVEN, note=f"examples: {len(found)} from {path}")
+    note = f"examples: {len(found)} from {path}" + (
+        f"; {', '.join(w['answer'] for w in whole)}: several word pieces, scored whole in the report" if whole else ""
+    )
+    return Examples(tuple(found), GIVEN, whole, note)
 
 
 def run_examples(

@@ -85,7 +85,7 @@ those tokens: a masked-token pseudo-perplexity, not comparable with a left-to-ri
 ## Probes
 
 Sentences about the corpus with one word hidden, the word the corpus gives as the answer
-({{ probes.n }} probes{{ probes.picked }}; top-k is top-{{ top_k }}):
+({{ probes.n }} probes{{ probes.from_examples }}; top-k is top-{{ top_k }}):
 
 | | before | after |
 | --- | --- | --- |
@@ -214,7 +214,7 @@ def card_summary(
         summary["seconds"] = {k: seconds[k] for k in ("train_clock", "total") if k in seconds}
         if "before" in metrics.get("probes", {}):
             summary["probes"] = {w: {k: metrics["probes"][w][k] for k in PROBES} for w in ("before", "after")}
-            summary["probes_picked"] = metrics["probes"].get("picked", 0)
+            summary["probes_from_examples"] = metrics["probes"].get("from_examples", 0)
         data = metrics.get("data", {})
         summary["data"] = {k: data[k] for k in ("n_train", "n_validation") if k in data}
     held.update({k: v for k, v in (("before", before), ("after", after)) if v is not None})
@@ -291,8 +291,8 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "probes": probes
         and {
             "n": probes["after"]["n"],
-            "picked": f", {picked} of them picked from the held-out rows"
-            if (picked := summary.get("probes_picked"))
+            "from_examples": f", {k} of them example(s) of several word pieces"
+            if (k := summary.get("probes_from_examples"))
             else "",
             **{f"{w}_{k}": f"{probes[w][f'hits_{k}']} of {probes[w]['n']}" for w in probes for k in ("top1", "topk")},
         },

@@ -407,7 +407,7 @@ def collect_metrics(
             "before": before["probes"],
             "after": after["probes"],
             "changed": changed_probes(before["probes"], after["probes"]),
-            "picked": len(shown.scored_whole) if shown else 0,  # the last rows: names picked, not given
+            "from_examples": len(shown.scored_whole) if shown else 0,  # the last rows: examples of several pieces
         },
         "watch": history.get("watch"),
         "ending": history.get("ending", ""),

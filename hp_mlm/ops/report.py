@@ -36,23 +36,37 @@ def format_report(metrics: dict[str, Any]) -> str:
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
     lines += _whole_word_lines(metrics.get("whole_words") or {})
     p = metrics["probes"]
-    picked = p.get("picked", 0)  # the last rows: a name of several pieces picked with the examples, scored whole
-    if p["after"]["n"] > picked:
+    given = len(p["after"]["rows"]) - p.get("from_examples", 0)  # the last rows: examples of several pieces
+    if given:
         lines += _probe_lines(p["before"], p["after"])
-        lines += [f"    of them {picked} picked from your held-out rows, scored whole"] if picked else []
+        lines += (
+            [f"    of them {p['from_examples']} example(s) of several pieces (below)"] if p.get("from_examples") else []
+        )
     else:  # own data without probes: the held-out scores above are the whole story
         lines.append("probes: none given (a .jsonl of sentences with [MASK] and their answers: --probes FILE)")
     lines.append("")
     lines += _example_lines(metrics["examples"], metrics.get("examples_source"))
+    lines += _scored_whole_lines(p["before"]["rows"][given:], p["after"]["rows"][given:])
     lines += _first_right_lines(metrics.get("watch"))
     lines += [metrics["ending"]] if metrics.get("ending") else []  # why no word came first, and what next
-    for number, row in enumerate(p["after"]["rows"], start=1):
+    for row in p["after"]["rows"][:given]:
         mark = "right" if row["hit_top1"] else "wrong"
-        mark += ", picked, scored whole" if number > len(p["after"]["rows"]) - picked else ""
         pieces = f", {' '.join(row['pieces'])}" if len(row.get("pieces", [])) > 1 else ""
         lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']}{pieces})")
     lines += _time_lines(metrics.get("seconds", {}))
     return "\n".join(lines)
+
+
+def _scored_whole_lines(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+    """The examples whose word is several pieces (``course.examples``), scored whole: the first whole-word
+    guess before -> after (``studies.probes.score_probes``); one token's guess, as the live view's, is never one."""
+    if not after:
+        return []
+    lines = ["examples of several word pieces, scored whole: the first whole-word guess, before -> after"]
+    for b, a in zip(before, after):
+        mark = "now first" if a["hit_top1"] else "not first"
+        lines += [a["text"], f"    {b['top1']}  ->  {a['top1']}   ({a['answer']}, {' '.join(a['pieces'])}: {mark})"]
+    return lines
 
 
 def _first_right_lines(watch: dict[str, Any] | None) -> list[str]:
