@@ -15,6 +15,7 @@ import argparse
 import json
 from pathlib import Path
 
+from hp_mlm.common import atomic_write_text
 from hp_mlm.course.plots import plot_live_view, save_figure
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,7 @@ def main() -> None:
         **metrics["watch"],
     }
     out = ROOT / "hp_mlm" / "corpora" / f"frames_{args.profile}.json"
-    out.write_text(json.dumps(kept, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(out, json.dumps(kept, indent=1) + "\n")
     print(f"wrote {out.relative_to(ROOT)}: {len(kept['frames'])} frames")
     if args.picture:
         print(f"drew {save_figure(plot_live_view(kept), args.picture)}")

@@ -199,7 +199,10 @@ def read_examples(path: str | Path, tokenizer: PreTrainedTokenizerBase | None = 
             word, pieces = several[0]
             raise ValueError(f"{path}:{number}: {word!r} is {len(pieces)} word pieces ({' '.join(pieces)}); a word "
                              "of several pieces is scored whole only in a sentence with one [MASK]: give it a line of its own")  # fmt: skip
-        (whole if several else found).append({"text": text, "answer": said[0]} if several else (text, said))
+        if several:  # one token's guess can never be it: scored whole in the report
+            whole.append({"text": text, "answer": said[0]})
+        else:
+            found.append((text, said))
     if not found and not whole:
         raise ValueError(f"examples file {str(path)!r} holds no example; add a line per sentence")
     note = f"examples: {len(found)} from {path}" + (

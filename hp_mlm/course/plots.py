@@ -211,11 +211,3 @@ def save_figure(fig, path: str | Path) -> Path:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
-
-
-if __name__ == "__main__":  # python -m hp_mlm.course.plots RUN/metrics.json docs/images/live_view.png
-    import json
-    import sys
-
-    saved = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
-    print(save_figure(plot_live_view(saved.get("watch", saved)), sys.argv[2]))
