@@ -110,7 +110,9 @@ def tokenize_rows(
         (lists of int, one entry per token), ``length`` (tokens in the row) and, with
         ``entities``, ``entity_mask``.
     """
-    wanted = frozenset(entities) if entities is not None else None
+    # a set, not a frozenset: datasets hashes a set's items sorted, so this map's fingerprint (its cache
+    # files' name) is the same in every process; a frozenset's order changes with each process's string hashing
+    wanted = set(entities) if entities is not None else None
 
     def encode(batch: dict[str, list[Any]]) -> dict[str, Any]:
         if split_long_rows:
@@ -135,7 +137,7 @@ def tokenize_rows(
     return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
 
 
-def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: frozenset | None) -> dict[str, list]:
+def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: set | None) -> dict[str, list]:
     """Each text as rows of at most ``max_length`` tokens (special tokens included), every cut at
     the start of a word (as the fast tokenizer's ``word_ids`` say); a single word longer than a row
     is cut where it must be."""
