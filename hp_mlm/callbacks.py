@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from .checkpoints import release_output_dir, resume_key, save_checkpoint
+from .checkpoints import release_output_dir, save_checkpoint
 from .training import Callback, TrainingPlan
 
 
@@ -119,5 +119,5 @@ class SaveCheckpoints(Callback):
         if plan.output_dir is None:
             return
         state = {"epoch": epoch, "batches_done": batches_done, "global_step": plan.history["optimizer_steps"]}
-        key = resume_key(plan.settings, plan.accelerator.num_processes)
-        save_checkpoint(plan.accelerator, plan.output_dir, {**state, "run": key, "history": plan.history}, plan.kept)
+        run = plan.history["run"]  # the settings, model and rows it trains: the key a resume must match
+        save_checkpoint(plan.accelerator, plan.output_dir, {**state, "run": run, "history": plan.history}, plan.kept)

@@ -9,11 +9,13 @@ optimizer, scheduler and random states, loaded back with ``torch.load(weights_on
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 import shutil
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +60,18 @@ RESUME_MUST_MATCH = (
 )
 
 
-def resume_key(settings, processes: int) -> dict[str, Any]:
-    """What a checkpoint must share with the run that resumes it: ``RESUME_MUST_MATCH``, the peak
-    learning rate (resolved) and the number of processes (they fix the batches and the schedule)."""
-    key = {k: getattr(settings, k) for k in RESUME_MUST_MATCH}
-    return key | {"learning_rate": settings.learning_rate, "processes": processes}
+def resume_key(settings, processes: int, rows: Sequence[dict[str, Any]], model: nn.Module) -> dict[str, Any]:
+    """What a checkpoint must share with the run that resumes it, and what a saved model was trained on:
+    ``RESUME_MUST_MATCH``, the peak learning rate (resolved) and the number of processes (they fix the batches
+    and the schedule), the ``model`` (its name, ``@`` the Hub commit of its weights where they came from the
+    Hub) and the ``training_rows``: ``"<n> rows (<the first 12 hex digits of the SHA-256 of their input_ids>)"``,
+    the same for the same rows in any process or machine, another for another text, split or ``max_length``.
+    """
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None)  # None: a local folder, the package's
+    ids = hashlib.sha256(repr([list(row["input_ids"]) for row in rows]).encode()).hexdigest()[:12]
+    key = {k: getattr(settings, k) for k in RESUME_MUST_MATCH} | {"learning_rate": settings.learning_rate}
+    name = settings.model + (f"@{commit}" if commit else "")
+    return key | {"processes": processes, "model": name, "training_rows": f"{len(rows)} rows ({ids})"}
 
 
 def save_checkpoint(accelerator, directory: str | Path, state: dict[str, Any], kept: dict | None = None) -> Path:
@@ -197,8 +206,8 @@ def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dic
 
     Raises:
         ValueError: the checkpoint was written with other values of the settings in ``key``
-            (:func:`resume_key`)
-            (they fix the batches and the schedule); checked before any weight is loaded.
+            (:func:`resume_key`: they fix the batches and the schedule), from another model or from other
+            training rows; checked before any weight is loaded, and the checkpoint is left as it is.
     """
     path = latest_checkpoint(directory)
     if path is None:
@@ -209,11 +218,11 @@ def resume_state(accelerator, directory: str | Path, key: dict[str, Any]) -> dic
         raise unreadable_checkpoint(path / STATE, error) from error
     saved = state.get("run", key)
     differ = {k: (saved.get(k), v) for k, v in key.items() if saved.get(k) != v}
-    if differ:
+    if differ:  # the checkpoint is left as it is: rerunning with its data, model and settings resumes it
         raise ValueError(
-            "cannot resume: these settings differ from the interrupted run (was, now): "
+            "cannot resume: this run's settings, model or data differ from the interrupted run's (was, now): "
             + ", ".join(f"{k} {a!r} -> {b!r}" for k, (a, b) in differ.items())
-            + "; rerun with the same settings, or start again (`overwrite`)"
+            + "; rerun with the same ones, or start again (`overwrite`) or in another `output_dir`"
         )
     try:
         accelerator.load_state(str(path))

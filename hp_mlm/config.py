@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -77,8 +78,10 @@ class Settings:
         validation_fraction: fraction in [0, 1) of rows held out for validation.
         max_validation_rows: cap on held-out rows (``0``: no cap), to keep evaluation fast.
         eval_batch_size: rows per evaluation batch.
-        output_dir: where the CLI writes the model, metrics, history and plots (one folder per
-            profile by default, ``outputs/<profile>``, so runs of different profiles never collide).
+        output_dir: where the CLI and the notebooks write the model, metrics, history, plots and checkpoints: by
+            default ``outputs/<profile>`` for the profile's own data, ``outputs/<profile>-<data>`` for other data
+            (:func:`data_name`: a learner's ``my_book.txt`` trains into ``outputs/quick-my_book``), so runs of
+            different profiles or data never mix.
         split_long_rows: cut a row longer than ``max_length`` into several rows, not truncate it.
         recipe: ``"course"`` (this course) or ``"original"`` (the original tutorial, reproduced:
             sets ``ORIGINAL_RECIPE``; ``"seed"`` is an alias).
@@ -280,10 +283,21 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
     if chosen.get("recipe", values.get("recipe")) in ("original", "seed"):
         values.update(ORIGINAL_RECIPE)  # above the profile, below variables and flags
     values.update(chosen)
-    if "output_dir" not in chosen:  # one folder per profile for the CLI and the notebooks alike
-        values["output_dir"] = course_path(values.get("output_dir", Settings.output_dir))
+    if "output_dir" not in chosen:  # a folder per profile and data, for the CLI and the notebooks alike
+        profiles_own = PROFILE_OVERRIDES.get(name, {}).get("dataset", Settings.dataset)
+        data = values.get("dataset", Settings.dataset)
+        folder = values.get("output_dir", Settings.output_dir) + ("" if data == profiles_own else f"-{data_name(data)}")
+        values["output_dir"] = course_path(folder)
     values["profile"] = name
     return Settings(**values)
+
+
+def data_name(dataset: str) -> str:
+    """A dataset's name in a folder's name: a file's stem (``/content/My Book.txt`` -> ``My-Book``), a Hub id's or
+    a folder's last part, a package corpus's name (``hp_mlm:products`` -> ``products``); other characters than
+    letters, digits, ``.``, ``_`` and ``-`` become ``-``."""
+    stem = Path(dataset.replace(":", "/").rstrip("/\\")).stem
+    return re.sub(r"[^\w.-]+", "-", stem).strip("-") or "data"
 
 
 def course_path(relative: str, cwd: str | None = None) -> str:

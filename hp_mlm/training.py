@@ -345,13 +345,13 @@ def plan_training(
     # object to save, evaluate and checkpoint.
     objective = MaskedLMObjective(model, settings.masked_positions_only)
     objective, optimizer, scheduler = accelerator.prepare(objective, optimizer, scheduler)
-    key = resume_key(settings, accelerator.num_processes)
+    key = resume_key(settings, accelerator.num_processes, train_rows, model)  # what this run trains
     try:
         state = resume_state(accelerator, output_dir, key) if resume and output_dir is not None else None
     except BaseException:
         release_output_dir(output_dir)  # a refused run holds nothing: only a training holds its folder
         raise
-    history = state["history"] if state else new_history(settings, accelerator)
+    history = (state["history"] if state else new_history(settings, accelerator)) | {"run": key}  # checkpoints keep it
     start_epoch, batches_done = (state["epoch"], state["batches_done"]) if state else (0, 0)
     lengths = [len(r["input_ids"]) for r in train_rows]
     folder = None if output_dir is None else Path(output_dir)
@@ -381,7 +381,9 @@ def new_history(settings: Settings, accelerator) -> dict[str, Any]:
     Keys: ``steps`` (``[{"step", "epoch", "loss", "lr", "seconds"}]``), ``epochs`` (``[{"epoch",
     "train_loss", "masked_tokens", "seconds", ...}]``, callbacks add e.g. ``validation``), ``learning_rate``,
     ``optimizer_steps``, ``skipped_steps`` (windows whose update fp16 loss scaling skipped, not counted
-    as optimiser steps), ``precision``, ``device``, ``processes``, ``batches_without_masks``. Losses
+    as optimiser steps), ``precision``, ``device``, ``processes``, ``batches_without_masks``, and, once
+    :func:`plan_training` has added it, ``run``: what the run trains (``checkpoints.resume_key``: the settings
+    that fix the batches and the schedule, the model, the training rows' fingerprint). Losses
     are in nats per masked token: a step's over its window, an epoch's ``train_loss`` over all of its
     ``masked_tokens`` (the rule of the held-out loss, not a mean of step losses; None for an epoch
     without a masked token). Seconds are training clock, callbacks excluded. An epoch a callback cut

@@ -49,6 +49,7 @@ LAYERS = [
         "course.episodes",
         "course.watch",
         "course.examples",
+        "course.runs",
         "ops.report",
         "ops.handout",
         "ops.push",

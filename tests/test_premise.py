@@ -12,6 +12,7 @@ from hp_mlm.course.plots import gap_context, live_view_rows, plot_live_view
 from hp_mlm.course.premise import committed_frames, premise, premise_after
 from hp_mlm.inference import fill_mask
 from hp_mlm.models import load_model
+from hp_mlm.ops.card import write_model_card
 
 
 def test_the_books_profiles_ask_harry_and_the_others_their_own_corpus():
@@ -47,6 +48,7 @@ def test_after_comes_from_the_committed_run_until_the_learner_saves_a_model(tmp_
     with torch.no_grad():  # a model of the learner's own, unlike the committed one
         loaded.model.cls.predictions.bias.add_(torch.linspace(0, 5, loaded.model.cls.predictions.bias.numel()))
     save_model(loaded.model, loaded.tokenizer, tmp_path / "model")
+    write_model_card(tmp_path / "model", settings)  # as notebook 03 saves it: the card says what it trained on
     mine = premise_after(settings, sentence)
     assert mine["source"] == "your model"
     expected = fill_mask(loaded.model, loaded.tokenizer, sentence, 3)[0][0]

@@ -190,6 +190,8 @@ def card_summary(
     Returns:
         A JSON-able dict: ``settings`` (those in ``SETTINGS_SHOWN``), ``held_out`` ({"before", "after"}),
         ``probes``, ``run``, ``seconds`` (``train_clock``: the loop's own clock, as the log says it; ``total``), ``data``,
+        ``trained_on`` (the model, ``@`` its Hub commit where it came from the Hub, and the training rows'
+        fingerprint, from the history's ``run``: ``checkpoints.resume_key``; ``course.runs`` reads it back),
         ``watch`` (``every`` and ``first_right``: when each example's word came first, ``course.watch``), ``examples``
         (the run's first example sentence and where its examples came from, ``course.examples``); missing parts are absent.
     """
@@ -204,6 +206,10 @@ def card_summary(
         summary["examples"] = {"first": metrics["examples"][0]["text"], "source": metrics.get("examples_source")}
     if history:
         summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
+        # the model (with its Hub commit) and the training rows' fingerprint (checkpoints.resume_key)
+        summary["trained_on"] = {
+            k: history["run"][k] for k in ("model", "training_rows") if k in history.get("run", {})
+        }
         summary["seconds"] = {"train_clock": sum(e["seconds"] for e in history["epochs"])}
         held["after"] = history.get("final_validation") or history["epochs"][-1].get("validation")
     if metrics:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -120,7 +121,8 @@ def run_job(
         The metrics dict written to ``metrics.json``: ``before`` / ``after`` (``top1``, ``top5``,
         ``cross_entropy``, ``perplexity``, ``n_positions``, ...), ``original_tutorial_accuracy``,
         ``probes``, ``examples``, ``watch`` (the frames, and the step at which each example's word first
-        came first), ``ending`` (when none did: why, and what to do next; else ""), ``data``, ``settings``, ``run`` (device, processes, precision) and ``seconds`` (wall
+        came first), ``ending`` (when none did: why, and what to do next; else ""), ``data``, ``settings``, ``run`` (device, processes, precision), ``trained_on`` (the model, ``@`` its Hub
+        commit where it came from the Hub, and the training rows' fingerprint: ``checkpoints.resume_key``) and ``seconds`` (wall
         time per phase: ``load``, ``tokenise``, ``evaluate_before``, ``train``, ``watch``,
         ``evaluate_after``, ``predict``, ``save``, ``total``; validation between epochs is in ``train``'s
         wall time but not in ``train_clock``, the loop's own clock; the watch's frames are in neither).
@@ -196,9 +198,7 @@ def check_before_loading(
     check_output_dir(out, overwrite, resume)
     if resume and latest_checkpoint(out) is None:
         if (out / MODEL_DIR).exists():
-            raise FileExistsError(
-                f"{str(out)!r} holds a finished model and no checkpoint to resume; pass `overwrite` to train again"
-            )
+            raise FileExistsError(train_further(out))
         log("no checkpoint to resume from; starting from the beginning")
     if push_to_hub:
         check_push(push_to_hub)  # a token and a Hub that answers: fail now, not after training
@@ -207,6 +207,18 @@ def check_before_loading(
         f"data {settings.dataset} [{settings.split}]"
     )
     return probe_list
+
+
+def train_further(out: Path) -> str:
+    """The line for ``resume`` into a finished run's folder: its training ended (its schedule ran to its last
+    step), so more epochs start from its saved model, as a new run in a new folder; ``overwrite`` would throw
+    that model away."""
+    more = shlex.quote(f"{out}-more")
+    return (
+        f"{str(out)!r} holds a finished run (its model, no checkpoint): to train it further, start from its model in "
+        f"a new folder (`model` {shlex.quote(str(out / MODEL_DIR))} `output_dir` {more}, with the `epochs` you want "
+        "more of); `overwrite` trains again from the start and replaces it"
+    )
 
 
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
@@ -434,6 +446,7 @@ def collect_metrics(
             "checkpoint_dtype": stored_dtype(prep.loaded.name) or "float32",
             "weights_dtype": str(next(prep.loaded.model.parameters()).dtype).removeprefix("torch."),
         },
+        "trained_on": {k: history["run"][k] for k in ("model", "training_rows")},  # as a resume checks it
         "settings": prep.settings.as_dict(),
         "seconds": seconds,
     }
