@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -239,14 +238,8 @@ def env_overrides(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         ValueError: if a variable's value cannot be read as the setting's type.
     """
     environ = os.environ if environ is None else environ
-    out: dict[str, Any] = {}
-    for f in fields(Settings):
-        if f.name == "profile":
-            continue
-        key = env_name(f.name)
-        if key in environ:
-            out[f.name] = _parse(f.name, environ[key], f.type)
-    return out
+    kinds = {f.name: f.type for f in fields(Settings) if f.name != "profile"}  # the profile has its own variable
+    return {n: _parse(n, environ[env_name(n)], kind) for n, kind in kinds.items() if env_name(n) in environ}
 
 
 def active_profile(environ: Mapping[str, str] | None = None) -> str:
@@ -283,21 +276,18 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
     if chosen.get("recipe", values.get("recipe")) in ("original", "seed"):
         values.update(ORIGINAL_RECIPE)  # above the profile, below variables and flags
     values.update(chosen)
-    if "output_dir" not in chosen:  # a folder per profile and data, for the CLI and the notebooks alike
-        profiles_own = PROFILE_OVERRIDES.get(name, {}).get("dataset", Settings.dataset)
-        data = values.get("dataset", Settings.dataset)
-        folder = values.get("output_dir", Settings.output_dir) + ("" if data == profiles_own else f"-{data_name(data)}")
-        values["output_dir"] = course_path(folder)
+    if "output_dir" not in chosen:  # a folder per profile and data (:func:`data_name`), for the CLI and notebooks alike
+        data, own = values.get("dataset", Settings.dataset), PROFILE_OVERRIDES.get(name, {}).get("dataset")
+        suffix = "" if data == (own or Settings.dataset) else f"-{data_name(data)}"
+        values["output_dir"] = course_path(values.get("output_dir", Settings.output_dir) + suffix)
     values["profile"] = name
     return Settings(**values)
 
 
 def data_name(dataset: str) -> str:
-    """A dataset's name in a folder's name: a file's stem (``/content/My Book.txt`` -> ``My-Book``), a Hub id's or
-    a folder's last part, a package corpus's name (``hp_mlm:products`` -> ``products``); other characters than
-    letters, digits, ``.``, ``_`` and ``-`` become ``-``."""
-    stem = Path(dataset.replace(":", "/").rstrip("/\\")).stem
-    return re.sub(r"[^\w.-]+", "-", stem).strip("-") or "data"
+    """A dataset's name in a folder's name: a file's stem (``/content/My Book.txt`` -> ``My-Book``: spaces become
+    ``-``), a Hub id's or a folder's last part, a package corpus's name (``hp_mlm:products`` -> ``products``)."""
+    return "-".join(Path(dataset.replace(":", "/").rstrip("/\\")).stem.split()) or "data"
 
 
 def course_path(relative: str, cwd: str | None = None) -> str:

@@ -91,15 +91,10 @@ def hub_reachable(timeout_s: float = 3.0) -> bool:
 def _network_errors() -> tuple[type[BaseException], ...]:
     """What a failed connection raises: the HTTP library's ``TransportError`` (connect, proxy, timeout)
     under huggingface_hub 2 (``httpx2``) or 1 (``httpx``), and ``OSError`` (incl. ``OfflineModeIsEnabled``)."""
-    import importlib
+    import importlib.util
 
-    errors: list[type[BaseException]] = [OSError]
-    for module in ("httpx2", "httpx"):
-        try:
-            errors.append(importlib.import_module(module).TransportError)
-        except ImportError:
-            pass
-    return tuple(errors)
+    installed = [module for module in ("httpx2", "httpx") if importlib.util.find_spec(module) is not None]
+    return (OSError, *(importlib.import_module(module).TransportError for module in installed))
 
 
 def require_hub(name: str, what: str, in_cache: Callable[[], bool], cache_dir: str) -> bool:
