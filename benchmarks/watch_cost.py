@@ -34,17 +34,20 @@ from hp_mlm.course.watch import (
     LearningCurves,
     RunLine,
 )
-from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask
+from hp_mlm.inference import example_sentences, fill_mask
 from hp_mlm.models import load_tokenizer
+from hp_mlm.profiles import BOOKS_DATASET
 
 RESULTS = Path(__file__).resolve().parent / "results" / "watch_cost.md"
+#: The books' example sentences, as a frame of the full profile's run shows them.
+BOOK_SENTENCES = example_sentences(BOOKS_DATASET)
 #: A projection, not a measurement (no GPU here): seconds of a bert-base training step of 16 rows on a T4
 #: in fp16, from its 65 TFLOPS at about 30% use (6 x 110M parameters x tokens; at 512 tokens 1.3 times that for attention).
 T4_STEP_SECONDS = {"128": 0.07, "512": 0.36}
 
 
 def frame_seconds(model, tokenizer, probes: int) -> float:
-    sentences = list(EXAMPLE_SENTENCES) + ["The owl flew over the [MASK] castle at night."] * probes
+    sentences = list(BOOK_SENTENCES) + ["The owl flew over the [MASK] castle at night."] * probes
     started = time.perf_counter()
     with torch.inference_mode():
         fill_mask(model, tokenizer, sentences, top_k=SHOWN)
@@ -111,7 +114,7 @@ def main() -> None:
         "",
         "| | seconds |",
         "| --- | ---: |",
-        f"| a frame ({len(EXAMPLE_SENTENCES)} example sentences + {args.probes} probes, top-{SHOWN}) | "
+        f"| a frame ({len(BOOK_SENTENCES)} example sentences + {args.probes} probes, top-{SHOWN}) | "
         f"{frame:.3f} [{min(frames):.3f}, {max(frames):.3f}] |",
         f"| a training step (16 x {args.max_length}, {precision}) | {step:.2f} [{min(steps):.2f}, {max(steps):.2f}] |",
         f"| a notebook's redraw of the loss curve between frames ({args.steps} steps, a PNG) | {redraw:.3f} |",

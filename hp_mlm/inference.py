@@ -19,7 +19,7 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
-from .profiles import BOOKS_DATASET, EXAMPLES
+from .profiles import EXAMPLES
 from .scoring import length_limit, mask_place, predict_words, score_words, with_mask_token, word_pieces
 from .tokens import replacement_ids
 
@@ -34,10 +34,6 @@ def examples(dataset: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
 def example_sentences(dataset: str) -> tuple[str, ...]:
     """The sentences of :func:`examples`."""
     return tuple(text for text, _ in examples(dataset))
-
-
-#: The books' example sentences: the course's premise, "Harry [MASK]" (the last one has two masks).
-EXAMPLE_SENTENCES = example_sentences(BOOKS_DATASET)
 
 
 def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, list[str]]]:

@@ -35,9 +35,8 @@ from .tokens import check_max_length, continuation_table, replacement_ids, wordl
 
 def with_mask_token(sentence: str, tokenizer: PreTrainedTokenizerBase) -> str:
     """Write the common mask spellings (``[MASK]``, ``<mask>``) as this tokenizer's mask token."""
-    for spelling in ("[MASK]", "<mask>"):
-        if spelling != tokenizer.mask_token:
-            sentence = sentence.replace(spelling, tokenizer.mask_token)
+    for spelling in ("[MASK]", "<mask>"):  # the tokenizer's own spelling is replaced by itself
+        sentence = sentence.replace(spelling, tokenizer.mask_token)
     return sentence
 
 

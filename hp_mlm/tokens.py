@@ -141,7 +141,8 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: set | 
     """Each text as rows of at most ``max_length`` tokens (special tokens included), every cut at
     the start of a word (as the fast tokenizer's ``word_ids`` say); a single word longer than a row
     is cut where it must be."""
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None)
+    # verbose=False: no "longer than the maximum sequence length" warning for rows this function cuts itself
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None, verbose=False)
     room = max_length - 2  # [CLS] and [SEP], as the tokenizer names them
     out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
     for i, text in enumerate(texts):
@@ -192,7 +193,7 @@ def truncation(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase, max_len
     """What truncating ``texts`` at ``max_length`` tokens drops: ``{"rows_cut", "tokens_dropped"}``."""
     if not texts:  # the tokenizer refuses an empty batch
         return {"rows_cut": 0, "tokens_dropped": 0}
-    lengths = [len(ids) for ids in tokenizer(list(texts), return_token_type_ids=False)["input_ids"]]
+    lengths = [len(ids) for ids in tokenizer(list(texts), return_token_type_ids=False, verbose=False)["input_ids"]]
     over = [n - max_length for n in lengths if n > max_length]
     return {"rows_cut": len(over), "tokens_dropped": sum(over)}
 
@@ -421,7 +422,9 @@ def pack_rows(
         raise ValueError(f"packing needs max_length of at least 3 ([CLS], a token, [SEP]), got {max_length}")
     wanted = frozenset(entities) if entities is not None else None
     texts = list(rows[text_column])
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None) if texts else None
+    # texts or [""]: the tokenizer refuses an empty batch (no rows: no ids, refused below); verbose=False: no
+    # "longer than the maximum sequence length" warning for rows cut below, never sent whole to the model
+    enc = tokenizer(texts or [""], add_special_tokens=False, return_offsets_mapping=wanted is not None, verbose=False)
     ids: list[int] = []
     words: list[int | None] = []
     marks: list[int] = []

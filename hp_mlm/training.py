@@ -92,6 +92,11 @@ class MaskedLMObjective(nn.Module):
         super().__init__()
         self.model, self.masked_positions_only = getattr(model, "_orig_mod", model), masked_positions_only
 
+    def load_state_dict(self, state_dict: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        """``nn.Module.load_state_dict``, reading ``model._orig_mod.``... as ``model.``...: a checkpoint written while
+        the objective held a compiled model wrapped (before it held it unwrapped) resumes with its trained weights."""
+        return super().load_state_dict({k.replace("_orig_mod.", ""): v for k, v in state_dict.items()}, *args, **kwargs)
+
     def forward(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor, num_items: int | None = None
     ) -> torch.Tensor:

@@ -62,9 +62,10 @@ LAYERS = [
         "course.exercises",
         "course.model_exercises",
         "ops.doctor",
-        "course.widget",
     },
-    {"studies.library", "ops.flags"},  # notebook 06's study trains its options' rows (studies.options.training_tokens)
+    # notebook 06's study trains its options' rows (studies.options.training_tokens); the widget opens on the
+    # run's premise (course.premise)
+    {"studies.library", "ops.flags", "course.widget"},
     {"ops.cli"},
     {"__main__"},
 ]

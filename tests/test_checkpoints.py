@@ -137,3 +137,37 @@ def test_a_compiled_model_is_checkpointed_under_its_plain_names_and_resumes_eith
         release_output_dir(folder)
     reloaded = load_model(str(save_model(compiled, smoke_tokenizer, folder / "model"))).model
     assert all(torch.equal(reloaded.state_dict()[k], v) for k, v in trained.items())
+
+
+def test_a_checkpoint_written_with_compiled_names_resumes_with_its_weights(
+    folder, smoke_tokenizer, smoke_model, monkeypatch
+):
+    """Before compiled models were held unwrapped, a checkpoint named their parameters ``model._orig_mod.``...:
+    such a checkpoint (made here as that code made it) resumes with its trained weights, with or without
+    the compile, instead of being refused as unreadable."""
+    import torch
+    from safetensors import safe_open
+    from torch import nn
+
+    from hp_mlm import training
+    from hp_mlm.checkpoints import latest_checkpoint
+    from hp_mlm.models import build_smoke_model
+
+    def held_wrapped(self, model, masked_positions_only=True):  # the objective before the fix
+        nn.Module.__init__(self)
+        self.model, self.masked_positions_only = model, masked_positions_only
+
+    rows = tokenised(smoke_tokenizer, SENTENCES)
+    with monkeypatch.context() as old:
+        old.setattr(training.MaskedLMObjective, "__init__", held_wrapped)
+        fit(torch.compile(smoke_model, backend="eager"), smoke_tokenizer, rows, settings(), output_dir=folder)
+    release_output_dir(folder)
+    trained = {k: v.clone() for k, v in smoke_model.state_dict().items()}
+    with safe_open(str(latest_checkpoint(folder) / "model.safetensors"), "pt") as saved:
+        assert all(n.startswith("model._orig_mod.") for n in saved.keys())  # the old names
+    for wrap in (lambda m: m, lambda m: torch.compile(m, backend="eager")):
+        fresh = build_smoke_model(smoke_tokenizer, seed=1)
+        plan = plan_training(wrap(fresh), smoke_tokenizer, rows, settings(), output_dir=folder, resume=True)
+        assert plan.history["optimizer_steps"] > 0  # resumed, not started again
+        assert all(torch.equal(fresh.state_dict()[k], v) for k, v in trained.items())
+        release_output_dir(folder)

@@ -7,7 +7,7 @@ from importlib import resources
 
 import pytest
 
-from hp_mlm.inference import EXAMPLE_SENTENCES, example_sentences, examples
+from hp_mlm.inference import example_sentences, examples
 from hp_mlm.profiles import BOOKS_DATASET, EXAMPLES, PACKAGE_DATASETS, PROFILE_OVERRIDES
 
 
@@ -26,7 +26,7 @@ def test_every_profile_has_examples_of_its_own_data_and_the_books_are_the_premis
     for profile, changes in PROFILE_OVERRIDES.items():
         dataset = changes.get("dataset", BOOKS_DATASET)
         assert examples(dataset) == EXAMPLES[dataset], profile
-    assert EXAMPLE_SENTENCES[0] == "He was a young wizard, his name was Harry [MASK]."
+    assert example_sentences(BOOKS_DATASET)[0] == "He was a young wizard, his name was Harry [MASK]."
     assert example_sentences("my_own_books.parquet") == ()  # never another corpus's sentences (course.examples picks)
     assert example_sentences("hp_mlm:course-corpus")[-1].count("[MASK]") == 2  # one example with two masks
 

@@ -10,7 +10,8 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def test_without_cuda_the_gpu_check_stops_at_once_and_says_why():
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    # PYTHON: this interpreter, not `python` from PATH (a venv's python run directly leaves PATH without it)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "PYTHON": sys.executable}
     done = subprocess.run(
         ["bash", str(BENCHMARKS / "gpu_check.sh")], capture_output=True, text=True, env=env, timeout=120
     )

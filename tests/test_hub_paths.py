@@ -79,12 +79,20 @@ def answering_server():
 
 @pytest.fixture()
 def clean_network(monkeypatch):
-    """No offline flag, endpoint or proxy from the caller; huggingface_hub's client made afresh (it reads proxies once)."""
-    from huggingface_hub import close_session
+    """No offline flag, endpoint or proxy from the caller; huggingface_hub's client made afresh (it reads proxies once).
+
+    The libraries read the offline variables once, at import: a room told to set ``HF_HUB_OFFLINE=1`` (teaching.md)
+    runs these tests with huggingface_hub's and datasets' offline constants set, and their HTTP client refuses
+    every request. So the constants follow the variables, unset, as in a process started without them."""
+    import datasets
+    from huggingface_hub import close_session, constants
 
     for name in NETWORK_VARS:
         monkeypatch.delenv(name, raising=False)
         monkeypatch.delenv(name.lower(), raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setattr(datasets.config, name, False)
     close_session()
     yield monkeypatch
     close_session()

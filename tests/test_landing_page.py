@@ -132,3 +132,52 @@ def lesson_words(path: Path) -> int:
 @pytest.mark.parametrize("stem", ["03_training", "04_evaluation"])
 def test_the_longest_lessons_read_in_at_most_2500_words(stem):
     assert lesson_words(ROOT / "notebooks" / f"{stem}.ipynb") <= 2500
+
+
+#: The terms of the README's results table and of the main job's report, and their glossary entries.
+GLOSSARY_TERMS = {
+    "frozen masks": "frozen-masks",
+    "whole words": "whole-words",
+    "probes": "probe",
+    "stock head": "stock-head",
+}
+
+
+def glossary_anchors() -> set[str]:
+    from helpers import github_anchor
+
+    text = (ROOT / "docs" / "glossary.md").read_text(encoding="utf-8")
+    return {github_anchor(line[3:]) for line in text.splitlines() if line.startswith("## ")}
+
+
+def test_the_results_table_links_each_term_to_the_glossary_at_its_first_use():
+    section = README.read_text(encoding="utf-8").split("## Results", 1)[1].split("\n## ", 1)[0]
+    assert set(GLOSSARY_TERMS.values()) <= glossary_anchors()
+    for term in ("frozen masks", "probes", "stock head"):
+        first = section.lower().index(term)
+        link = re.match(r"\[([^\]]*)\]\(([^)]+)\)", section[first - 1 :])
+        assert link and link.groups() == (term, f"docs/glossary.md#{GLOSSARY_TERMS[term]}"), term
+
+
+def test_the_main_jobs_report_names_its_terms_and_the_glossary_before_using_them():
+    from hp_mlm.ops.report import GLOSSARY, format_report
+
+    scores = {"top1": 0.1, "top5": 0.2, "perplexity": 50.0, "n_positions": 40}
+    probes = {"rows": [{"text": "Hob [MASK].", "answer": "tanner", "top1": "the", "hit_top1": False}]}
+    probes |= {"hits_top1": 0, "n": 1}
+    words = {"words": {"top1": 0.1, "n_words": 30, "multi_piece": {"top1": 0.0, "n_words": 0}}}
+    metrics = {
+        "before": scores,
+        "after": scores,
+        "original_tutorial_accuracy": {"before": {"accuracy": 0.1}, "after": {"accuracy": 0.2}},
+        "probes": {"before": probes, "after": probes},
+        "examples": [],
+    }
+    assert GLOSSARY.endswith("/docs/glossary.md") and (ROOT / "docs" / "glossary.md").is_file()
+    for whole in ({}, {"before": words, "after": words}):
+        report = format_report({**metrics, "whole_words": whole}).splitlines()
+        used = [term for term in GLOSSARY_TERMS if any(term in line.lower() for line in report)]
+        assert used == ["frozen masks", *(["whole words"] if whole else []), "probes"]
+        for term in used:  # the line naming the terms and the glossary is where each is first used
+            first = next(n for n, line in enumerate(report) if term in line.lower())
+            assert report[first] == f"the terms below ({', '.join(used)}): {GLOSSARY}", term

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, _tracked, committed, committed_notebook
+from helpers import ROOT, _tracked, committed, committed_notebook, committed_text
 
 #: The checks that read the committed notebooks and pages, run in the copy (those that need no model).
 CHECKS = [
@@ -41,16 +41,24 @@ def _git(root: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def learners_copy(tmp_path_factory) -> Path:
-    """The repository's files (as they are now) in a git checkout of their own, then what JupyterLab leaves:
-    notebook 03 executed in place (a progress-bar widget output and the widgets' state autosaved, a
-    traceback) and a checkpoint copy of every notebook under ``notebooks/.ipynb_checkpoints/``."""
+    """The repository's files in a git checkout of their own, then what JupyterLab leaves: notebook 03
+    executed in place (a progress-bar widget output and the widgets' state autosaved, a traceback) and a
+    checkpoint copy of every notebook under ``notebooks/.ipynb_checkpoints/``.
+
+    The files copied are git's, as the tests read them (``helpers.committed_text``): every notebook as git's
+    index holds it, never as a session in this checkout left it (a learner who ran notebooks 03 and 04 in
+    JupyterLab here has them autosaved with outputs and widget state); the other tracked files from disk."""
     if _tracked(ROOT) is None:
         pytest.skip("not a git checkout: the committed files cannot be told from a learner's")
     copy = tmp_path_factory.mktemp("learner") / "hp-mlm"
     for name in _tracked(ROOT):
-        if (ROOT / name).is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+        source, target = ROOT / name, copy / name
+        if source.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if source.suffix == ".ipynb":
+                target.write_text(committed_text(source), encoding="utf-8")
+            else:
+                shutil.copy2(source, target)
     _git(copy, "init", "-q")
     _git(copy, "add", "-A")
     notebooks = copy / "notebooks"

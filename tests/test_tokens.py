@@ -163,3 +163,36 @@ def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp
     assert note.startswith("note: 20 row(s) open inside a word of more than max_length - 2 = 6 pieces")
     unsplit = prepare(settings.replace(split_long_rows=False))
     assert unsplit.truncated["words_cut"] == 0 and unsplit.truncated["rows_cut"] == 10
+
+
+def test_rows_the_course_cuts_itself_raise_no_too_long_warning():
+    """Splitting, packing and counting what truncation drops tokenise whole rows, then cut them: the tokenizer's
+    "longer than the specified maximum sequence length ... indexing errors" warning (logged once per tokenizer,
+    red in a notebook) would tell a learner of an error that cannot happen there."""
+    import logging
+
+    from hp_mlm.models import build_smoke_tokenizer
+    from hp_mlm.tokens import pack_rows, truncation
+
+    long_row = " ".join(["the ferry crossed the silver lake at dawn ."] * 40)
+    rows = Dataset.from_dict({"text": [long_row, "Mira smiled."]})
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("transformers").addHandler(handler)
+
+    def warned(step) -> bool:
+        tokenizer = build_smoke_tokenizer()  # a fresh one: the warning comes once per tokenizer
+        tokenizer.model_max_length = 64
+        records.clear()
+        step(tokenizer)
+        return any("longer than the specified maximum sequence length" in r.getMessage() for r in records)
+
+    try:
+        assert warned(lambda tok: tok(long_row))  # the warning, and this test's way of seeing it
+        assert not warned(lambda tok: truncation([long_row], tok, 32))
+        assert not warned(lambda tok: tokenize_rows(rows, tok, 32, split_long_rows=True))
+        assert not warned(lambda tok: pack_rows(rows, tok, 32, "text"))
+        assert not warned(lambda tok: tokenize_rows(rows, tok, 32))  # truncated by the tokenizer: never warned
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)

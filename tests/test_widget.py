@@ -148,3 +148,32 @@ def test_the_token_view_lists_words_never_special_tokens(smoke_model, smoke_toke
     listed = [a["pieces"][0] for mask in result["masks"] for a in mask["tuned"] + mask["stock"]]
     assert len(listed) == 10 and not set(listed) & set(specials)
     assert not any(s in format_text(result) for s in specials if s != "[MASK]")  # the sentence shows its [MASK]
+
+
+def test_the_call_the_reference_gives_opens_on_the_runs_own_first_example(
+    models, smoke_tokenizer, monkeypatch, tmp_path
+):
+    """``show_before_after(base, tuned, tokenizer)``, no sentence: the active profile's premise with its word as the
+    target (the offline profile's Hob, never the books' Harry), and on a corpus of your own the first sentence
+    picked from its held-out rows, as notebook 00 opens."""
+    from importlib import resources
+
+    from hp_mlm.config import get_settings
+    from hp_mlm.course.premise import premise
+
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    for profile in ("offline", "smoke"):
+        monkeypatch.setenv("HP_MLM_PROFILE", profile)
+        result = show_before_after(*models, smoke_tokenizer, widgets=False)
+        sentence, (word,) = premise(get_settings(profile, environ={}))
+        assert result["sentence"] == sentence and "Harry" not in sentence
+        assert result["target"]["word"] == word
+    assert "Hob [MASK]" in widget.opening(get_settings("offline", environ={}))[0]
+    lines = (resources.files("hp_mlm") / "corpora" / "smoke_corpus.txt").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "mine.txt").write_text("\n".join(lines[:200]), encoding="utf-8")  # ships no examples
+    mine = get_settings("smoke", environ={}, dataset=str(tmp_path / "mine.txt"), output_dir=str(tmp_path / "o"))
+    result = show_before_after(*models, smoke_tokenizer, widgets=False, settings=mine)
+    assert result["sentence"] == premise(mine)[0]
+    (tmp_path / "lower.txt").write_text("\n".join(lines[:200]).lower(), encoding="utf-8")  # no names to pick
+    plain = get_settings("smoke", environ={}, dataset=str(tmp_path / "lower.txt"), output_dir=str(tmp_path / "p"))
+    assert widget.opening(plain) == (widget.PLAIN_EXAMPLE[0], "paris")

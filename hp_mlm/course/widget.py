@@ -24,9 +24,11 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.common import OutOfMemory, model_device
+from hp_mlm.config import get_settings
 from hp_mlm.course.episodes import widgets_front_end
+from hp_mlm.course.premise import premise
 from hp_mlm.course.watch import in_kernel
-from hp_mlm.inference import EXAMPLE_SENTENCES, fill_mask, fill_words
+from hp_mlm.inference import fill_mask, fill_words
 from hp_mlm.models import load_model
 
 #: Free GPU memory a stock model needs beside the fine-tuned one: its weights times this, plus GPU_SPARE.
@@ -34,6 +36,8 @@ WEIGHTS_FACTOR = 1.25
 GPU_SPARE = 512 * 2**20  # bytes, for one sentence's activations and the allocator's blocks
 GIB = 2**30
 BEFORE, AFTER = "before (stock model)", "after (fine-tuned)"
+#: The widget's opening where a corpus of your own gave no example to pick (as notebook 00 asks then).
+PLAIN_EXAMPLE = ("The capital of France is [MASK].", ("paris",))
 
 
 def model_bytes(model: nn.Module) -> int:
@@ -237,18 +241,31 @@ class BeforeAfter:
         return {"application/vnd.jupyter.widget-view+json": view, "text/html": static, "text/plain": text}
 
 
+def opening(settings: Any = None) -> tuple[str, str | None]:
+    """The sentence the widget opens on, and the corpus's word at its mask (None for a sentence of several masks):
+    the run's first example (``course.premise.premise``: the profile's premise, *Hob [MASK]* offline, *Harry
+    [MASK]* in ``full`` and ``quick``, or the first sentence picked from your held-out rows), else, where none
+    could be picked, :data:`PLAIN_EXAMPLE`. ``settings``: ``config.Settings`` (default: the active profile's)."""
+    sentence, answers = premise(settings or get_settings()) or PLAIN_EXAMPLE
+    return sentence, answers[0] if len(answers) == 1 else None
+
+
 def show_before_after(
     stock: nn.Module | str,
     tuned: nn.Module,
     tokenizer: PreTrainedTokenizerBase,
-    sentence: str = EXAMPLE_SENTENCES[0],
+    sentence: str | None = None,
     top_k: int = 5,
     target: str | None = None,
     whole_words: bool = True,
     widgets: bool | None = None,
+    settings: Any = None,
 ) -> BeforeAfter | dict[str, Any]:
     """Show the stock and the fine-tuned model side by side for ``sentence`` (with ``[MASK]``).
 
+    Without ``sentence`` it opens on the run's own first example (:func:`opening`: the profile's premise, or
+    the first sentence picked from your held-out rows), with the corpus's word there as ``target`` when none
+    is given. ``settings``: the run's ``config.Settings`` (default: ``config.get_settings()``, the active profile).
     ``stock``: the model before fine-tuning, or its name (loaded as :func:`place_stock` says, which
     also keeps it off a GPU short of memory and prints what it did). ``widgets=True`` draws the
     widget and returns it (:class:`BeforeAfter`); ``False`` shows :func:`result_html`'s tables (with
@@ -258,6 +275,9 @@ def show_before_after(
     Raises:
         ValueError: in the text path, as :func:`before_after` (the widget shows the message instead).
     """
+    if sentence is None:
+        sentence, word = opening(settings)
+        target = word if target is None else target
     stock, note = place_stock(stock, tuned, tokenizer)
     if note:
         print(note)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import tempfile
 import zipfile
@@ -51,9 +52,10 @@ def make_handout(settings: Settings, archive: str | Path | None = None) -> Path:
     """
     model_dir = finished_model(settings.output_dir)
     if model_dir is None:
+        train = ["python", "-m", "hp_mlm", "train", "--profile", settings.profile, "--output-dir", settings.output_dir]
         raise FileNotFoundError(
-            f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR}: run `python -m hp_mlm train --profile "
-            f"{settings.profile}` first (the handout packs the model it saves)"
+            f"no fine-tuned model in {settings.output_dir}/{MODEL_DIR}: run `{shlex.join(train)}` first (the handout "
+            "packs the model it saves)"
         )
     archive = Path(archive or Path(settings.output_dir) / f"handout-{settings.profile}.zip")
     archive.parent.mkdir(parents=True, exist_ok=True)

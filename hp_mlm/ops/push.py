@@ -8,6 +8,7 @@ run is kept and how to upload it later.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from hp_mlm.hub import HubUnavailableError
@@ -56,7 +57,8 @@ def upload_model(model_dir: Path, repo_id: str) -> str:
 
     Raises:
         PushError: the upload failed (the network, or the Hub refused it); the folder stays
-            as it was and the message gives the command that uploads it later.
+            as it was and the message gives the command that uploads it later (each path one word of the
+            shell, quoted where it holds a space: Colab's ``My Drive``).
     """
     from huggingface_hub import HfApi
     from huggingface_hub.errors import HfHubHTTPError
@@ -73,6 +75,6 @@ def upload_model(model_dir: Path, repo_id: str) -> str:
     except (*_network_errors(), HfHubHTTPError) as error:
         raise PushError(
             f"push_to_hub {repo_id}: the upload failed ({error_summary(error)}); the run is saved in "
-            f"{str(model_dir.parent)!r}: upload it later with `hf upload {repo_id} {model_dir}`"
+            f"{str(model_dir.parent)!r}: upload it later with `{shlex.join(['hf', 'upload', repo_id, str(model_dir)])}`"
         ) from error
     return str(url)

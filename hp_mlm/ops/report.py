@@ -7,6 +7,9 @@ from typing import Any
 
 from hp_mlm.ops.card import first_right_text
 
+#: The course's glossary, where the report's terms are explained (a terminal shows the address; a click opens it).
+GLOSSARY = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/glossary.md"
+
 
 def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
     """The probes whose top-1 answer changed with fine-tuning: ``[{"text", "answer", "before", "after", "right"}]``."""
@@ -18,10 +21,14 @@ def changed_probes(before: dict[str, Any], after: dict[str, Any]) -> list[dict[s
 
 
 def format_report(metrics: dict[str, Any]) -> str:
-    """A plain-text before/after table, example predictions and probe hits."""
+    """A plain-text before/after table, example predictions and probe hits, under a line that names its terms and
+    the glossary that explains them (frozen masks, whole words when scored, probes)."""
     b, a = metrics["before"], metrics["after"]
+    words = _whole_word_lines(metrics.get("whole_words") or {})
+    terms = ", ".join(["frozen masks", *(["whole words"] if words else []), "probes"])
     lines = [
         "",
+        f"the terms below ({terms}): {GLOSSARY}",
         f"{'held-out (frozen masks)':<28}{'before':>10}{'after':>10}",
         f"{'top-1 accuracy':<28}{b['top1']:>10.1%}{a['top1']:>10.1%}",
         f"{'top-5 accuracy':<28}{b['top5']:>10.1%}{a['top5']:>10.1%}",
@@ -34,7 +41,7 @@ def format_report(metrics: dict[str, Any]) -> str:
             lines.append(f"{label:<28}{bk['top1']:>10.1%}{ak['top1']:>10.1%}  of {ak['n_positions']}")
     o = metrics["original_tutorial_accuracy"]
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
-    lines += _whole_word_lines(metrics.get("whole_words") or {})
+    lines += words
     p = metrics["probes"]
     given = len(p["after"]["rows"]) - p.get("from_examples", 0)  # the last rows: examples of several pieces
     if given:
