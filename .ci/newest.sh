@@ -25,7 +25,7 @@ python3 -m venv "$VENV"
 "$PY" -m pip install -q -U torch ${TORCH_INDEX:+--index-url "$TORCH_INDEX"}
 # the newest of each within reach of the course's own bounds (what a fresh install in a room gets); the
 # torch just installed is kept (an eager upgrade could trade the CPU build for the index's CUDA one)
-"$PY" -c "import torch; print('torch==' + torch.__version__)" >"$VENV/torch.txt"
+"$PY" -c "from importlib.metadata import version; print('torch==' + version('torch'))" >"$VENV/torch.txt"
 "$PY" -m pip install -q -U --upgrade-strategy eager -c "$VENV/torch.txt" -r requirements.txt "${NEWEST[@]:1}"
 echo "newest releases: environment built in $((SECONDS - started)) s"
 for name in "${NEWEST[@]}"; do
