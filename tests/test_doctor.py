@@ -15,6 +15,7 @@ from hp_mlm.ops import doctor
 FIELDS = (
     "python",
     "hp-mlm",
+    "course",
     "torch",
     "transformers",
     "datasets",

@@ -37,7 +37,10 @@ TOOLS = {
     "jupyterlab",
     "ruff",
     "minicons",
-}  # minicons: a test checks our scores against it
+    "build",
+    "twine",
+    "setuptools",
+}  # minicons: a test checks our scores against it; build, twine, setuptools: the wheel's test builds and checks it
 #: Runtime requirements that requirements.txt may narrow (never widen): local JupyterLab 4 renders
 #: ipywidgets 8 only, while the package admits the ipywidgets 7 that Colab ships.
 NARROWER_IN_REQUIREMENTS = {"ipywidgets"}

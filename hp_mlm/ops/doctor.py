@@ -76,9 +76,11 @@ def could_not_check(name: str, error: Exception) -> str:
 def versions(problems: list[str]) -> list[str]:
     """One line per package, its version or "missing"; a missing one is added to ``problems``."""
     import hp_mlm
+    from hp_mlm.ops.versions import course_source
 
     lines = [row("python", f"{platform.python_version()} ({platform.system()} {platform.machine()})")]
-    lines.append(row("hp-mlm", f"{hp_mlm.__version__} (the course)"))
+    lines.append(row("hp-mlm", f"{hp_mlm.__version__} (the course; what changed: CHANGELOG.md)"))
+    lines.append(row("course from", course_source()))
     for module, pip_name in REQUIRED:
         try:
             found = importlib.import_module(module)

@@ -3,7 +3,8 @@
 Operations, not a step of the course: ``hp_mlm/__init__.py`` calls :func:`check_versions` before any
 step module is imported, and ``doctor`` reports the same facts instead of stopping on them.
 Standard library only (importing it imports none of the packages it checks); a refusal at the
-command line reads its help entry from ``ops.troubleshooting``.
+command line reads its help entry from ``ops.troubleshooting``. It also gives the course's own version
+(:func:`course_version`, ``hp_mlm.__version__``), whose one source is ``pyproject.toml``.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from importlib import metadata
+from pathlib import Path
 
 #: Major versions the course runs with, as ``(lowest, first one excluded)``: transformers' API changed
 #: in 5.x; datasets 4.x (Colab's) and 5.x both load the Hub, the cache and local files as the course
@@ -34,7 +36,42 @@ UPGRADED_BY_THE_INSTALL = (
     "pyarrow",
 )
 
+#: The course's own ``pyproject.toml`` where the package runs from a source checkout (absent in an installed wheel).
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
+
 RESTART = "Restart the runtime (in Colab: Runtime > Restart session) and run this notebook from the top"
+
+
+def course_version(pyproject: Path = PYPROJECT) -> str:
+    """The course's version (``hp_mlm.__version__``), a release number such as ``"0.2.0"``.
+
+    In a source checkout, the ``version`` line of its ``pyproject.toml``: the checkout's own number even
+    where an older install of the course left its metadata behind (an editable install keeps the number
+    it was installed with). Else the installed distribution's metadata (``importlib.metadata``), which
+    a wheel or ``pip install git+...`` writes from the same line; ``"unknown"`` where neither is there.
+    """
+    found = re.search(r'^version = "([^"]+)"', _checkout(pyproject), re.MULTILINE)
+    if found:
+        return found.group(1)
+    try:
+        return metadata.version("hp-mlm")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def course_source(pyproject: Path = PYPROJECT) -> str:
+    """Where the running ``hp_mlm`` comes from, in words: a source checkout (its folder) or an installed
+    release (the folder it was installed into), for ``doctor``'s screen."""
+    package = Path(__file__).resolve().parents[1]
+    if _checkout(pyproject):
+        return f"a source checkout, {pyproject.parent}"
+    return f"an installed release, {package.parent}"
+
+
+def _checkout(pyproject: Path) -> str:
+    """The text of ``pyproject`` where it is the course's own (a source checkout), else ``""``."""
+    text = pyproject.read_text(encoding="utf-8") if pyproject.is_file() else ""
+    return text if re.search(r'^name = "hp-mlm"', text, re.MULTILINE) else ""
 
 
 def _major(version: str) -> int:
