@@ -275,6 +275,8 @@ def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
     steps = metrics["run"] and json.loads((tmp_path / "run" / "history.json").read_text())["optimizer_steps"]
     note = next(line for line in logged if line.startswith("resuming at optimiser step"))
     assert note == f"resuming at optimiser step {steps // 2} (epoch 2, after 0 of its batches)"
+    clock = [line for line in logged if line.startswith("clock: ")]  # this session's pace, over every epoch
+    assert clock[0].startswith("clock: 3 steps took ") and f"for its {steps} steps" in clock[0]
 
 
 def test_a_time_budget_stop_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, smoke_tokenizer):
