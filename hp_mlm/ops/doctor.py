@@ -263,8 +263,9 @@ ROOM_MINUTES, TRAINING_NOTEBOOK = 180, "03_training"
 
 def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
     """Time the profile's run on this machine as notebook 03 and the main job make it: load and tokenise
-    (``prepare``), plan the whole run, take ``steps`` real optimiser steps (``ops.job.run_training``, the job's
-    loop) and score the held-out rows once (``evaluation.evaluate``). Nothing is written; the model is thrown away.
+    (``prepare``), plan the whole run, take ``steps`` real optimiser steps (the job's loop, in
+    ``allocator.reuse_freed_memory`` on a CPU) and score the held-out rows once (``evaluation.evaluate``).
+    Nothing is written; the model is thrown away.
 
     Returns ``{"load"`` (seconds), ``"step"`` (seconds per optimiser step: the median of all but the first),
     ``"evaluate"`` (seconds for one held-out evaluation), ``"total_steps"``, ``"epochs"}`` of the whole run.
@@ -273,9 +274,9 @@ def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = ti
     import statistics
 
     from hp_mlm.evaluation import evaluate
-    from hp_mlm.ops.job import run_training
+    from hp_mlm.ops.allocator import reuse_freed_memory
     from hp_mlm.prepare import prepare
-    from hp_mlm.training import Callback, plan_training
+    from hp_mlm.training import Callback, plan_training, train
 
     class Stopwatch(Callback):
         def __init__(self) -> None:
@@ -290,7 +291,8 @@ def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = ti
     loaded, s = clock(), prep.settings
     plan = plan_training(prep.loaded.model, prep.loaded.tokenizer, prep.train_tokens, s)
     watch = Stopwatch()
-    run_training(plan, [watch])
+    with reuse_freed_memory(plan.accelerator.device.type == "cpu"):  # as the job trains (ops.job.run_training)
+        train(plan, [watch])
     paces = [b - a for a, b in zip(watch.times, watch.times[1:])]
     before = clock()
     evaluate(prep.loaded.model, prep.frozen_validation, prep.loaded.tokenizer, s.eval_batch_size, precision=s.precision)
