@@ -19,9 +19,14 @@ from torch import nn
 from .checkpoints import release_output_dir, save_checkpoint
 from .training import Callback, TrainingPlan
 
+#: The reasons these callbacks give when they stop a run (``history["stopped_by"]``, see ``training.Callback``).
+TIME_BUDGET, EARLY_STOPPING = "time budget", "early stopping"
+
 
 class Validate(Callback):
     """Score the model after every epoch (``record["validation"]``), optionally with early stopping.
+
+    Stops with the reason :data:`EARLY_STOPPING`.
 
     Args:
         evaluate_fn: model -> metrics dict with ``cross_entropy`` (e.g. ``evaluation.evaluate`` on
@@ -40,15 +45,15 @@ class Validate(Callback):
         done = [e for e in plan.history["epochs"] if "batches_done" not in e] if patience and self.kept else []
         self.best = min(done, key=lambda e: e["validation"]["cross_entropy"], default=None)
 
-    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> str | None:
         record["validation"] = result = self.evaluate_fn(model)
         if not self.patience or "batches_done" in record:
-            return False
+            return None
         if self.best is None or result["cross_entropy"] < self.best["validation"]["cross_entropy"]:
             self.best = record
             self.kept["best"] = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-            return False
-        return record["epoch"] - self.best["epoch"] >= self.patience
+            return None
+        return EARLY_STOPPING if record["epoch"] - self.best["epoch"] >= self.patience else None
 
     def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
         if not self.patience:
@@ -66,21 +71,23 @@ class Validate(Callback):
 
 
 class TimeBudget(Callback):
-    """Stop at the first optimiser step whose training clock (callbacks excluded) reaches ``seconds``;
-    ``stopped_at`` is then that step's record (``{"step", "epoch", "seconds", ...}``), else None."""
+    """Stop (reason :data:`TIME_BUDGET`) at the first optimiser step whose training clock (callbacks excluded)
+    reaches ``seconds``; ``stopped_at`` is then that step's record (``{"step", "epoch", "seconds", ...}``),
+    else None."""
 
     def __init__(self, seconds: float) -> None:
         self.seconds, self.stopped_at = seconds, None
 
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> str | None:  # noqa: ARG002 - a hook's signature
         if step["seconds"] >= self.seconds:
             self.stopped_at = step
-        return self.stopped_at is not None
+        return TIME_BUDGET if self.stopped_at else None
 
 
 def time_budget(plan: TrainingPlan) -> TimeBudget:
-    """The run's :class:`TimeBudget`: ``settings.time_budget_minutes`` of this run's training clock (the
-    minutes of a run it resumes come on top); one that never stops when the setting is 0."""
+    """The run's :class:`TimeBudget`: ``settings.time_budget_minutes`` of this run's training clock, so a
+    resumed run's budget starts again (the minutes of the run it resumes come on top: the job's log says
+    so); one that never stops when the setting is 0."""
     minutes, trained = plan.settings.time_budget_minutes, sum(e["seconds"] for e in plan.history["epochs"])
     return TimeBudget(60 * minutes + trained if minutes else math.inf)
 
@@ -96,18 +103,16 @@ class SaveCheckpoints(Callback):
     def __init__(self, plan: TrainingPlan) -> None:
         self.plan = plan
 
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> None:  # noqa: ARG002 - a hook's signature
         every, where = self.plan.settings.checkpoint_every, self.plan.position
         if every and step["step"] % every == 0 and where["batches_done"] < where["batches"]:
             self.save(where["epoch"], where["batches_done"])  # the epoch's end saves its own
-        return False
 
-    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> None:  # noqa: ARG002 - a hook's signature
         if "batches_done" in record:  # cut short: resume inside the epoch
             self.save(record["epoch"] - 1, record["batches_done"])
         else:
             self.save(record["epoch"], 0)
-        return False
 
     def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:  # noqa: ARG002 - a hook's signature
         if self.plan.output_dir is not None:

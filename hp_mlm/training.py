@@ -145,7 +145,16 @@ def build_optimizer(
 
 def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_fraction: float, kind: str = "linear"):
     """Linear warmup over ``warmup_fraction`` of ``total_steps`` optimiser steps, then linear decay
-    to 0 (``kind="linear"``) or a flat rate (``kind="constant"``), via ``transformers.get_scheduler``.
+    (``kind="linear"``) or a flat rate (``kind="constant"``): ``transformers.get_scheduler``'s shape, with
+    the steps counted from 1.
+
+    ``transformers``' schedule (its ``get_linear_schedule_with_warmup``, ``get_constant_schedule_with_warmup``)
+    gives the rate of step ``k`` counted from 0, so its first step runs at rate 0 and moves no weight. Here
+    step ``k`` (1 = the first) runs at the rate that schedule over ``total_steps + 1`` steps gives at ``k``:
+    the warmup reaches the peak at its last step, a linear decay reaches 0 one step after the run's last,
+    and no step runs at rate 0. A warmup of a fraction of a step counts it whole (2.5 steps are 3), as
+    ``TrainingArguments`` rounds a ``warmup_ratio`` up. Read the rate a step uses from the optimiser
+    before it (``optimizer.param_groups[0]["lr"]``); ``get_last_lr()`` after it is the next step's.
 
     Raises:
         ValueError: ``kind`` is neither (``"auto"`` is resolved by ``config.resolve_auto``).
@@ -155,8 +164,9 @@ def build_scheduler(optimizer: torch.optim.Optimizer, total_steps: int, warmup_f
     names = {"linear": "linear", "constant": "constant_with_warmup"}
     if kind not in names:
         raise ValueError(f"schedule must be 'linear' or 'constant' here, got {kind!r} (resolve 'auto' first)")
-    warmup = int(round(warmup_fraction * total_steps))
-    return get_scheduler(names[kind], optimizer, num_warmup_steps=warmup, num_training_steps=total_steps)
+    warmup = math.ceil(round(warmup_fraction * total_steps, 6))  # a part of a step is a step; 0.1 * 30 is 3, not 4
+    shape = get_scheduler(names[kind], optimizer, num_warmup_steps=warmup, num_training_steps=total_steps + 1)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: shape.lr_lambdas[0](step + 1))
 
 
 def optimizer_steps(n_rows: int, settings: Settings) -> int:
@@ -275,9 +285,8 @@ class TrainingPlan:
     def epoch_batches(self, epoch: int) -> tuple[Any, int]:
         """``(loader, batches already done)`` for ``epoch``: a resumed epoch skips what it did."""
         skip = self.batches_done if epoch == self.start_epoch else 0
-        shards = self.accelerator.num_processes
-        loader = self.accelerator.prepare(
-            epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch, shards)
+        loader = self.accelerator.prepare(  # each of N processes takes every N-th batch
+            epoch_loader(self.data, self.collate_fn, self.lengths, self.settings, epoch, self.accelerator.num_processes)
         )
         return (self.accelerator.skip_first_batches(loader, skip) if skip else loader), skip
 
@@ -358,8 +367,6 @@ def plan_training(
         raise
     history = (state["history"] if state else new_history(settings, accelerator)) | {"run": key}  # checkpoints keep it
     start_epoch, batches_done = (state["epoch"], state["batches_done"]) if state else (0, 0)
-    lengths = [len(r["input_ids"]) for r in train_rows]
-    folder = None if output_dir is None else Path(output_dir)
     return TrainingPlan(
         model=model,
         settings=settings,
@@ -369,12 +376,12 @@ def plan_training(
         scheduler=scheduler,
         data=data,
         collate_fn=collate_fn,
-        lengths=lengths,
+        lengths=[len(r["input_ids"]) for r in train_rows],
         total_steps=total_steps,
         start_epoch=start_epoch,
         batches_done=batches_done,
         history=history,
-        output_dir=folder,
+        output_dir=None if output_dir is None else Path(output_dir),
         memory_advice=memory_advice(settings),
         kept=state["kept"] if state else {},
     )
@@ -383,9 +390,10 @@ def plan_training(
 def new_history(settings: Settings, accelerator) -> dict[str, Any]:
     """The history of a run that has not taken a step yet; :func:`train` fills it in.
 
-    Keys: ``steps`` (``[{"step", "epoch", "loss", "lr", "seconds"}]``), ``epochs`` (``[{"epoch",
+    Keys: ``steps`` (``[{"step", "epoch", "loss", "lr", "seconds"}]``; ``lr``: the rate the step used), ``epochs`` (``[{"epoch",
     "train_loss", "masked_tokens", "seconds", ...}]``, callbacks add e.g. ``validation``), ``learning_rate``,
-    ``optimizer_steps``, ``skipped_steps`` (windows whose update fp16 loss scaling skipped, not counted
+    ``optimizer_steps``, ``stopped_by`` (set by :func:`train`: the reason a callback stopped the run, or None),
+    ``skipped_steps`` (windows whose update fp16 loss scaling skipped, not counted
     as optimiser steps), ``precision``, ``device``, ``processes``, ``batches_without_masks``, and, once
     :func:`plan_training` has added it, ``run``: what the run trains (``checkpoints.resume_key``: the settings
     that fix the batches and the schedule, the model, the training rows' fingerprint). Losses
@@ -417,7 +425,7 @@ def new_history(settings: Settings, accelerator) -> dict[str, Any]:
 def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, Any]:
     """Run ``plan`` (from :func:`plan_training`): fine-tune ``plan.model`` in place; return its history
     (:func:`new_history` lists the keys). ``callbacks``: :class:`Callback` objects, any of which may
-    stop training by returning True. The step notebook 03 writes by hand is :func:`training_step`,
+    stop training by returning its reason (kept as ``history["stopped_by"]``). The step notebook 03 writes by hand is :func:`training_step`,
     just below; :func:`train_epoch`, after it, runs one epoch of steps and keeps its record.
 
     Raises:
@@ -426,7 +434,8 @@ def train(plan: TrainingPlan, callbacks: Sequence[Callback] = ()) -> dict[str, A
     """
     plan.start()  # a plan runs once: a second run would go on past the end of its schedule
     for epoch in range(plan.start_epoch, plan.settings.epochs):
-        if train_epoch(plan, epoch, callbacks):
+        plan.history["stopped_by"] = train_epoch(plan, epoch, callbacks)  # a callback's reason, or None
+        if plan.history["stopped_by"]:
             break
     for c in callbacks:
         c.on_train_end(plan.model, plan.history)
@@ -472,16 +481,17 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epo
 
 
 def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
-    """One epoch of optimiser steps and its record; True when a callback stops training."""
+    """One epoch of optimiser steps and its record; the reason a callback gave to stop training, or None."""
     settings, history = plan.settings, plan.history
     loader, skipped = plan.epoch_batches(epoch)  # a resumed epoch skips the batches it did before
-    done, end, losses, stop = skipped, skipped + len(loader), [], False
+    done, end, losses, stop = skipped, skipped + len(loader), [], None
     plan.objective.train()  # dropout on
     clock, trained = time.perf_counter(), sum(e["seconds"] for e in history["epochs"])
     show = settings.progress and plan.accelerator.is_main_process
     with tqdm(loader, desc=f"epoch {epoch + 1}/{settings.epochs}", leave=False, disable=not show) as bar:
         for done, window in windows(bar, settings.gradient_accumulation_steps, skipped):
             plan.position = {"epoch": epoch, "batches_done": done, "batches": end}  # for a checkpoint
+            rate = plan.optimizer.param_groups[0]["lr"]  # the rate this step uses (the schedule moves after it)
             step = training_step(plan, window, epoch)  # (loss in nats, masked tokens), or None
             if step is None:  # nothing masked in the window, or fp16 loss scaling skipped the update
                 continue
@@ -492,13 +502,13 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
                 "step": history["optimizer_steps"],
                 "epoch": epoch + 1,
                 "loss": loss,
-                "lr": plan.scheduler.get_last_lr()[0],
+                "lr": rate,
                 "seconds": trained + time.perf_counter() - clock,
             }
             history["steps"].append(record)
             bar.set_postfix(loss=f"{loss:.3f}")
             paused = time.perf_counter()
-            stop = any([c.on_step(plan.model, record) for c in callbacks])  # a list: every callback is called
+            stop = next(filter(None, [c.on_step(plan.model, record) for c in callbacks]), None)  # all are called
             clock += time.perf_counter() - paused  # callbacks are not training time
             if stop:
                 break
@@ -511,7 +521,8 @@ def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -
     if done < end:  # a callback stopped it (a time budget): its checkpoint resumes after batch `done`
         record["batches_done"] = done
     history["epochs"].append(record)
-    return any([c.on_epoch_end(plan.model, record) for c in callbacks]) or stop
+    # every callback's on_epoch_end is called (a list); the step's reason, if any, comes first
+    return next(filter(None, [stop] + [c.on_epoch_end(plan.model, record) for c in callbacks]), None)
 
 
 def windows(batches, size: int, start: int):
@@ -555,17 +566,19 @@ OPTIMISER_PHASE = "the optimiser step (AdamW allocates its state, twice the weig
 
 
 class Callback:
-    """Base class: every hook does nothing and never stops training."""
+    """Base class: every hook does nothing and never stops training. A hook stops training by returning
+    its reason, a short str (``callbacks.TIME_BUDGET``, ``callbacks.EARLY_STOPPING``): the loop keeps the
+    first one given as ``history["stopped_by"]`` (None: no callback stopped the run)."""
 
-    def on_step(self, model: nn.Module, step: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> str | None:  # noqa: ARG002 - a hook's signature
         """After an optimiser step; ``step`` is its history record: ``{"step"`` (1-based), ``"epoch"``,
-        ``"loss"`` (nats), ``"lr"``, ``"seconds"`` (training clock so far, callbacks excluded)``}``.
-        True stops training."""
-        return False
+        ``"loss"`` (nats), ``"lr"`` (the rate the step used), ``"seconds"`` (training clock so far,
+        callbacks excluded)``}``. A reason stops training."""
+        return None
 
-    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> bool:  # noqa: ARG002 - a hook's signature
-        """After an epoch; may add keys to its history ``record``; True stops training."""
-        return False
+    def on_epoch_end(self, model: nn.Module, record: dict[str, Any]) -> str | None:  # noqa: ARG002 - a hook's signature
+        """After an epoch; may add keys to its history ``record``; a reason stops training."""
+        return None
 
     def on_train_end(self, model: nn.Module, history: dict[str, Any]) -> None:
         """Once, after the last step (also after a stop)."""

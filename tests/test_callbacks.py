@@ -29,7 +29,7 @@ class StopAt(Callback):
         self.step = step
 
     def on_step(self, model, step):  # noqa: ARG002 - a hook's signature
-        return step["step"] == self.step
+        return "interrupted" if step["step"] == self.step else None
 
 
 def run(tokenizer, folder, make_callbacks, stop_at: int | None = None, resume: bool = False, **changes):
@@ -123,3 +123,29 @@ def test_the_watch_resumed_shows_the_frames_and_first_steps_of_the_uninterrupted
     frames = [f["step"] for f in resumed["watch"]["frames"]]
     assert frames == [f["step"] for f in whole["watch"]["frames"]] == [0, 3, 6, 9, 12]
     assert without_seconds(resumed["watch"]) == without_seconds(whole["watch"])
+
+
+def test_each_way_a_run_stops_is_kept_as_the_reason_its_callback_returned(tmp_path, smoke_tokenizer):
+    """The loop keeps the reason the stopping callback returned (``history["stopped_by"]``): early stopping,
+    a time budget (also with early stopping's patience set), an interruption of one's own; None for a run that
+    trained every epoch with patience set. The endings are read from it (``course.watch.stop_reason``)."""
+    from hp_mlm.callbacks import EARLY_STOPPING, TIME_BUDGET
+    from hp_mlm.course.watch import stop_reason
+
+    def validate(patience, budget=None):
+        def make(plan):
+            scripted = lambda m: {"cross_entropy": SCRIPTED[len(plan.history["epochs"]) - 1]}  # noqa: E731
+            return [Validate(scripted, patience=patience, plan=plan), *([budget] if budget else [])]
+
+        return make
+
+    _, early, _ = run(smoke_tokenizer, tmp_path / "early", validate(2))
+    assert early["stopped_by"] == EARLY_STOPPING == stop_reason(early, len(SCRIPTED))
+    _, boxed, _ = run(smoke_tokenizer, tmp_path / "boxed", validate(2, TimeBudget(0.0)))
+    assert boxed["stopped_by"] == TIME_BUDGET == stop_reason(boxed, len(SCRIPTED)) and "early_stopping" in boxed
+    _, full, _ = run(smoke_tokenizer, tmp_path / "full", validate(10), epochs=2)
+    assert full["stopped_by"] is None and stop_reason(full, 2) is None and "early_stopping" in full
+    _, cut, _ = run(smoke_tokenizer, tmp_path / "cut", lambda plan: [], stop_at=3, epochs=2)
+    assert cut["stopped_by"] == "interrupted" and cut["optimizer_steps"] == 3
+    _, resumed, _ = run(smoke_tokenizer, tmp_path / "cut", lambda plan: [], epochs=2, resume=True)
+    assert resumed["stopped_by"] is None and resumed["optimizer_steps"] == 8  # the earlier stop is not kept

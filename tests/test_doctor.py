@@ -198,3 +198,53 @@ def test_on_colab_the_doctor_names_the_runtime_and_what_the_install_changed(monk
     monkeypatch.delitem(sys.modules, "google.colab")
     doctor.main(["--profile", "smoke", "--hub-timeout", "0.5"])
     assert "colab " not in capsys.readouterr().out  # elsewhere, no Colab lines
+
+
+class FakeClock:
+    """Seconds that move only by what the test scripts: each call returns the next time."""
+
+    def __init__(self, gaps):
+        self.now, self.gaps = 0.0, iter(gaps)
+
+    def __call__(self) -> float:
+        self.now += next(self.gaps, 0.0)
+        return self.now
+
+
+def test_the_fit_check_times_real_steps_of_the_profile_on_the_clock_it_is_given():
+    """The smoke profile's real loop, on a fake clock: 10 s to load, then 5 s for the first step (AdamW's
+    state), 2 s for each of the others, 8 s to evaluate: the pace is 2 s, the first step left out."""
+    from hp_mlm.config import get_settings
+
+    # the clock is read at: start, loaded, the stopwatch's start, after each of the 6 steps, before and after evaluating
+    clock = FakeClock([0.0, 10.0, 1.0, 5.0, 2.0, 2.0, 2.0, 2.0, 2.0, 0.0, 8.0])
+    timed = doctor.time_steps(get_settings("smoke", environ={}, epochs=2), clock=clock)
+    assert timed["load"] == 10.0 and timed["step"] == 2.0 and timed["evaluate"] == 8.0
+    assert timed["epochs"] == 2 and timed["total_steps"] > doctor.FIT_STEPS
+
+
+def test_the_fit_check_says_how_long_notebook_03_and_the_job_take_and_whether_the_room_fits():
+    timed = {"load": 12.0, "step": 0.31, "evaluate": 1.0, "total_steps": 480, "epochs": 12}
+    lines = doctor.fit_lines(timed, allowance=(176.1, 1.0))
+    text = "\n".join(lines)
+    assert "0.31 s an optimiser step here (480 steps in the run: 2.5 min of training)" in text
+    assert "notebook 03  about 2.9 min of machine time here" in text  # 12 + 148.8 + 12 s
+    assert "main job     about 2.9 min here" in text
+    assert lines[-1].startswith("room         fits: the 3-hour room gives notebook 03 35 min of lesson + 2.9 min")
+    slow = doctor.fit_lines({**timed, "step": 7.0}, allowance=(176.1, 1.0))  # a busy laptop: 56 min of training
+    assert slow[-2].startswith("room         does NOT fit (52.") and "35 min of lesson" in slow[-2]
+    assert "HP_MLM_TIME_BUDGET=3.5 (about 30 of its 480 steps)" in slow[-1] and "docs/teaching.md" in slow[-1]
+    hopeless = doctor.fit_lines({**timed, "load": 400.0}, allowance=(176.1, 1.0))
+    assert "no training step fits" in hopeless[-1] and "hand out a model" in hopeless[-1]
+    assert "clone of the repository" in doctor.fit_lines(timed, allowance=None)[-1]
+
+
+def test_doctor_fit_reads_the_room_from_the_notebooks_and_prints_its_lines(monkeypatch, capsys):
+    given, spare = doctor.room_allowance()
+    assert given == 176.1 and 0 <= spare < 10  # notebook 03 offline, measured; the schedule ends by 3:00
+    timed = {"load": 1.0, "step": 0.01, "evaluate": 0.1, "total_steps": 10, "epochs": 1}
+    monkeypatch.setattr(doctor, "time_steps", lambda settings: timed)
+    assert doctor.main(["--profile", "smoke", "--hub-timeout", "0.5", "--fit", "--model", "hp_mlm:smoke-bert"]) == 0
+    out = capsys.readouterr().out
+    assert "pace         0.01 s an optimiser step here" in out and "room         fits:" in out
+    assert "model        hp_mlm:smoke-bert" in out

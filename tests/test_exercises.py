@@ -110,7 +110,7 @@ def loss_row_means(logits, labels):
 
 
 def rate_right(step, total, peak, warmup):
-    return peak * step / warmup if step < warmup else peak * max(0.0, (total - step) / (total - warmup))
+    return peak * step / warmup if step < warmup else peak * (total + 1 - step) / (total + 1 - warmup)
 
 
 def ppl_right(batches):
@@ -231,12 +231,17 @@ CHECKS = {
     "check_learning_rate": (
         rate_right,
         [
-            (lambda s, t, p, w: p * (t - s) / t, "rise from 0 over the warmup"),
+            (lambda s, t, p, w: p * (t - s) / t, "rise from near 0 over the warmup"),
+            (lambda s, t, p, w: rate_right(s - 1, t, p, w), "step 1 is the first step and should move the weights"),
             (lambda s, t, p, w: rate_right(s + 1, t, p, w), "one step ahead"),
-            (lambda s, t, p, w: p * s / w if s < w else p, "decay linearly from the peak to 0"),
+            (lambda s, t, p, w: p * s / w if s < w else p * (t - s) / (t - w), "should not run at rate 0 either"),
+            (lambda s, t, p, w: p * s / w if s < w else p, "decay linearly from the peak at step warmup_steps"),
             (lambda s, t, p, w: p * s / (2 * w) if s < w else rate_right(s, t, p, w), "during the warmup"),
-            (lambda s, t, p, w: rate_right(s, t, p, w) if s < w else p * (t - s) / t, "at step 4 of 20 (warmup 4)"),
-            (lambda s, t, p, w: p * min(s / w, (t - s) / (t - w)), "your function raised ZeroDivisionError"),
+            (
+                lambda s, t, p, w: rate_right(s, t, p, w) if s < w else p * (t + 1 - s) / (t + 1),
+                "at step 4 of 20 (warmup 4)",
+            ),
+            (lambda s, t, p, w: p * min(s / w, (t + 1 - s) / (t + 1 - w)), "your function raised ZeroDivisionError"),
         ],
     ),
     "check_perplexity": (

@@ -240,7 +240,7 @@ def test_a_time_budget_stops_the_main_job_early_evaluates_saves_and_resumes(tmp_
     steps = history["optimizer_steps"]
     assert any(line.startswith("time budget: training stops after 0.02 min") for line in logged)
     assert any(line.startswith(f"time budget reached: stopped at optimiser step {steps} of ") for line in logged)
-    assert any("rerun with `resume` to continue" in line for line in logged)
+    assert any("rerun the same command with --resume to continue" in line for line in logged)
     assert len(history["epochs"]) < 200 and history["steps"][-1]["seconds"] >= 1.2
     assert metrics["after"] == history["epochs"][-1]["validation"]  # the stopped epoch was validated
     assert (tmp_path / "boxed" / "model" / "model.safetensors").is_file()
@@ -249,6 +249,7 @@ def test_a_time_budget_stops_the_main_job_early_evaluates_saves_and_resumes(tmp_
     run_job(settings, resume=True, log=logged.append)  # a second budget of 1.2 s, this run's clock
     resumed = json.loads((tmp_path / "boxed" / "history.json").read_text())
     assert any(line.startswith(f"resuming at optimiser step {steps} ") for line in logged)
+    assert any(line.startswith("time budget starts again: 0.02 min of training from here") for line in logged)
     assert resumed["steps"][: len(history["steps"])] == history["steps"]
     assert resumed["optimizer_steps"] > steps + 1  # not stopped at once by the first run's clock
 
@@ -274,6 +275,8 @@ def test_a_resumed_main_job_says_where_it_resumes(tmp_path, monkeypatch):
     steps = metrics["run"] and json.loads((tmp_path / "run" / "history.json").read_text())["optimizer_steps"]
     note = next(line for line in logged if line.startswith("resuming at optimiser step"))
     assert note == f"resuming at optimiser step {steps // 2} (epoch 2, after 0 of its batches)"
+    clock = [line for line in logged if line.startswith("clock: ")]  # this session's pace, over every epoch
+    assert clock[0].startswith("clock: 3 steps took ") and f"for its {steps} steps" in clock[0]
 
 
 def test_a_time_budget_stop_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path, smoke_tokenizer):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 from helpers import SENTENCES, tokenised
-from transformers import Trainer
+from transformers import Trainer, get_scheduler
 
 from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.masking import IGNORE_INDEX
@@ -43,10 +43,22 @@ def test_the_trainer_gets_the_courses_schedule_and_weight_decay_groups(smoke_mod
 
     assert groups(theirs) == groups(ours)
     rates = []
-    for _ in range(steps):
-        rates.append((theirs_schedule.get_last_lr()[0], ours_schedule.get_last_lr()[0]))
+    for _ in range(steps):  # the rate each step runs at, read from the optimiser before it
+        rates.append((theirs.param_groups[0]["lr"], ours.param_groups[0]["lr"]))
         theirs.step(), ours.step(), theirs_schedule.step(), ours_schedule.step()
-    assert [a for a, _ in rates] == pytest.approx([b for _, b in rates])
+    # the same shape and warmup (0.2 * 30 is 6 steps, not 7), counted from 0 by the library, from 1 here
+    warmup = args.warmup_steps
+    shape = get_scheduler(
+        args.lr_scheduler_type, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), warmup, steps + 1
+    )
+    assert steps == 30 and warmup == 6 and rates[0][0] == 0.0 and min(b for _, b in rates) > 0
+    assert [b for _, b in rates] == pytest.approx(
+        [s.learning_rate * shape.lr_lambdas[0](k) for k in range(1, steps + 1)]
+    )
+    library = get_scheduler(
+        args.lr_scheduler_type, torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))]), warmup, steps
+    )
+    assert [a for a, _ in rates] == pytest.approx([s.learning_rate * library.lr_lambdas[0](k) for k in range(steps)])
     assert args.per_device_train_batch_size == s.batch_size and args.max_grad_norm == s.max_grad_norm
     with pytest.raises(ValueError, match="still 'auto'"):
         trainer_arguments(get_settings("smoke", environ={}), str(tmp_path), n_rows)

@@ -9,8 +9,9 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
+from hp_mlm.callbacks import EARLY_STOPPING, TIME_BUDGET
 from hp_mlm.config import get_settings
-from hp_mlm.course.watch import run_ending, stopped_early
+from hp_mlm.course.watch import run_ending, stop_reason, stopped_early
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -29,7 +30,8 @@ def test_a_run_whose_word_came_first_needs_no_note():
 
 
 def test_a_budget_that_stopped_before_any_word_came_first_says_it_is_normal_and_how_to_go_on():
-    history = _history([None, 0], epochs=((1, {"batches_done": 5}),))  # a word first before training is not learnt
+    history = _history([None, 0], epochs=((1, {"batches_done": 5}),), stopped_by=TIME_BUDGET)  # step 0 is no turn
+    assert stop_reason(history) == TIME_BUDGET
     assert stopped_early(history) == "the time budget stopped it at optimiser step 5 of 40"
     note = run_ending(history)
     assert "normal ending" in note and "the model is saved" in note
@@ -38,15 +40,36 @@ def test_a_budget_that_stopped_before_any_word_came_first_says_it_is_normal_and_
     assert "rerun the same command with --resume" in run_ending(history, again="rerun the same command with --resume")
 
 
-def test_early_stopping_and_a_finished_short_run_say_to_train_longer_not_to_resume():
-    stopped = _history([None], epochs=((1, {}), (2, {})), early_stopping={"stopped_after_epoch": 2})
+def test_early_stopping_and_a_finished_short_run_say_to_train_further_from_the_saved_model_not_to_resume():
+    stopped = _history([None], epochs=((1, {}), (2, {})), stopped_by=EARLY_STOPPING, early_stopping={"best_epoch": 1})
     assert stopped_early(stopped) == "early stopping ended it after epoch 2 of 4"
-    finished = _history([None], epochs=((1, {}), (2, {}), (3, {}), (4, {})))
+    finished = _history([None], epochs=((1, {}), (2, {}), (3, {}), (4, {})), stopped_by=None)
     assert stopped_early(finished) == ""
     for history in (stopped, finished):
         note = run_ending(history)
-        assert "train longer" in note and "checkpoint" not in note and "HP_MLM_TRAINED_MODEL" in note
+        assert "train further from the saved model into a new folder" in note and "checkpoint" not in note
+        assert "HP_MLM_TRAINED_MODEL" in note
     assert "trained all 5 steps it planned" in run_ending(finished)
+
+
+def test_the_ending_follows_the_reason_a_callback_returned_not_the_words_of_a_message():
+    """A time budget reached with early stopping set is a budget's ending (advising --resume); a run that
+    trained all of its epochs with patience set was not ended by early stopping; neither was a run whose
+    budget or patience came due at its very last step."""
+    budget_with_patience = _history(
+        [None], epochs=((1, {"batches_done": 2}),), stopped_by=TIME_BUDGET, early_stopping={"stopped_after_epoch": 1}
+    )
+    assert stop_reason(budget_with_patience) == TIME_BUDGET
+    note = run_ending(budget_with_patience, again="rerun the same command with --resume")
+    assert "the time budget stopped it" in note and "--resume" in note and "early stopping" not in note
+    all_epochs = ((1, {}), (2, {}), (3, {}), (4, {}))
+    patience_unused = _history([None], epochs=all_epochs, early_stopping={"best_epoch": 4, "stopped_after_epoch": 4})
+    assert stop_reason(patience_unused) is None and stopped_early(patience_unused) == ""
+    assert "early stopping" not in run_ending(patience_unused).split(":")[1]
+    for reason in (TIME_BUDGET, EARLY_STOPPING):  # due at the last step of the last epoch: the run trained it all
+        assert stop_reason(_history([None], epochs=all_epochs, stopped_by=reason)) is None
+    assert stop_reason(_history([None], epochs=((1, {}),), stopped_by=TIME_BUDGET), epochs=1) is None
+    assert stop_reason(_history([None], epochs=((1, {}),), stopped_by=TIME_BUDGET), epochs=3) == TIME_BUDGET
 
 
 def test_the_main_job_stopped_by_a_budget_in_its_first_steps_logs_and_reports_what_next(tmp_path):

@@ -269,7 +269,7 @@ def test_the_schedule_is_an_argument(smoke_tokenizer, smoke_model):
 
     history = fit(smoke_model, smoke_tokenizer, rows, smoke_settings(epochs=2, batch_size=2), make_scheduler=halving)
     assert seen == [8]
-    assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5**k for k in range(1, 9)])
+    assert [s["lr"] for s in history["steps"]] == pytest.approx([1e-3 * 0.5**k for k in range(8)])  # each its own
 
 
 def test_auto_follows_what_the_head_knows_not_where_it_came_from(tmp_path, smoke_tokenizer, smoke_model, monkeypatch):
@@ -390,7 +390,7 @@ def test_a_window_ending_in_a_batch_without_masks_still_steps_at_the_end_of_the_
     history = fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings)
     assert history["optimizer_steps"] == 4 == training.optimizer_steps(len(rows), settings)
     assert [s["epoch"] for s in history["steps"]] == [1, 1, 2, 2]
-    assert history["steps"][-1]["lr"] == 0.0
+    assert history["steps"][-1]["lr"] == pytest.approx(1e-3 / 5)  # the decay reaches 0 one step after the last
     assert history["batches_without_masks"] == 2
 
 
@@ -414,7 +414,7 @@ def test_a_step_skipped_by_loss_scaling_is_counted_apart_and_the_schedule_waits(
     )
     assert len(calls) == 4 and history["skipped_steps"] == 1
     assert history["optimizer_steps"] == len(history["steps"]) == 3
-    planned = [1e-3 * (1 - k / 4) for k in range(1, 4)]  # linear decay over 4 steps, one of them not taken
+    planned = [1e-3 * (1 - k / 5) for k in range(1, 4)]  # 4 steps counted from 1, one of them not taken
     assert [s["lr"] for s in history["steps"]] == pytest.approx(planned)
 
 
@@ -499,5 +499,77 @@ def test_fp16_loss_scaling_skips_an_inf_step_in_the_open(monkeypatch, smoke_toke
     after_skip = snapshots[2][0]
     assert all(torch.equal(skipped_before[k], after_skip[k]) for k in skipped_before)  # no weight moved
     assert history["skipped_steps"] == 1 and history["optimizer_steps"] == len(history["steps"]) == 3
-    planned = [1e-3 * (1 - k / 4) for k in range(1, 4)]  # linear decay over 4 steps, one of them not taken
+    planned = [1e-3 * (1 - k / 5) for k in range(1, 4)]  # 4 steps counted from 1, one of them not taken
     assert [s["lr"] for s in history["steps"]] == pytest.approx(planned)
+
+
+# --- the schedule counted from 1: no step at rate 0, and each step logs the rate it used ---------------------
+
+
+def rates_used(monkeypatch):
+    """Patch accelerate's optimiser so that each optimiser step records the rate it runs at, read from the
+    optimiser itself (not from the schedule or the log)."""
+    from accelerate.optimizer import AcceleratedOptimizer
+
+    real, used = AcceleratedOptimizer.step, []
+
+    def step(self, *args, **kwargs):
+        used.append(self.param_groups[0]["lr"])
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(AcceleratedOptimizer, "step", step)
+    return used
+
+
+def transformers_rates(kind, total, warmup, peak):
+    """transformers' own schedule over ``total + 1`` steps, at steps 1 to ``total`` (its step 0 is rate 0)."""
+    from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
+
+    dummy = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    if kind == "linear":
+        schedule = get_linear_schedule_with_warmup(dummy, warmup, total + 1)
+    else:
+        schedule = get_constant_schedule_with_warmup(dummy, warmup)
+    return [peak * schedule.lr_lambdas[0](k) for k in range(1, total + 1)]
+
+
+@pytest.mark.parametrize(
+    "kind, warmup_fraction, warmup_steps",
+    [("linear", 0.05, 1), ("linear", 0.25, 5), ("constant", 0.125, 3), ("constant", 0.0, 0)],
+)
+def test_no_step_runs_at_rate_0_and_each_step_logs_the_rate_it_used(
+    monkeypatch, smoke_tokenizer, kind, warmup_fraction, warmup_steps
+):
+    """20 steps (a warmup of 0.125 * 20 = 2.5 steps is 3, not round's 2): the rate read from the optimiser at
+    every step is transformers' schedule of the same shape counted from 1, never 0, and is the rate logged."""
+    used = rates_used(monkeypatch)
+    rows = tokenised(smoke_tokenizer, SENTENCES * 5)  # 40 rows, batches of 4: 10 steps an epoch
+    settings = smoke_settings(epochs=2, schedule=kind, warmup_fraction=warmup_fraction)
+    model = no_dropout_model(smoke_tokenizer)
+    first = {k: v.clone() for k, v in model.state_dict().items()}
+    history = fit(model, smoke_tokenizer, rows, settings)
+    assert len(used) == history["optimizer_steps"] == 20
+    assert all(rate > 0 for rate in used)
+    assert [s["lr"] for s in history["steps"]] == used
+    assert used == pytest.approx(transformers_rates(kind, 20, warmup_steps, 1e-3), rel=1e-9)
+    if warmup_steps:
+        assert used[0] == pytest.approx(1e-3 / warmup_steps) and used[warmup_steps - 1] == pytest.approx(1e-3)
+    assert not all(torch.equal(first[k], v) for k, v in model.state_dict().items())
+
+
+def test_an_interrupted_run_resumed_uses_the_uninterrupted_runs_rate_at_every_step(
+    monkeypatch, tmp_path, smoke_tokenizer
+):
+    from hp_mlm.callbacks import TimeBudget
+
+    used = rates_used(monkeypatch)
+    rows = tokenised(smoke_tokenizer, SENTENCES * 5)
+    settings = smoke_settings(epochs=2, warmup_fraction=0.25)
+    fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings, output_dir=tmp_path / "whole")
+    whole, used[:] = list(used), []
+    budget = TimeBudget(0.0)  # stops at the first step
+    fit(no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings, [budget], output_dir=tmp_path / "cut")
+    history = fit(
+        no_dropout_model(smoke_tokenizer), smoke_tokenizer, rows, settings, output_dir=tmp_path / "cut", resume=True
+    )
+    assert used == whole and [s["lr"] for s in history["steps"]] == whole

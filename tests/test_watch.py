@@ -209,15 +209,73 @@ def test_on_a_fast_machine_frames_come_every_watch_every_steps_and_redraws_are_r
     assert len(between) <= 4 + 120 * 0.2 / 15 + 1  # a line per frame, and one per 15 s of wall clock
 
 
-def test_the_run_line_says_the_step_the_loss_and_the_training_time_left():
+def test_the_run_line_says_how_long_the_whole_run_takes_at_this_pace_and_what_to_do_if_too_long():
     from hp_mlm.course.watch import RunLine
 
     losses = [(n, 6.0 if n <= 48 else 5.0) for n in range(1, 59)]
     line = RunLine({"step": 58, "seconds": 580.0}, 480, float("inf"), losses)
-    assert repr(line) == "step 58 of 480 · loss 5.000 · 10.0 s a step · about 70.3 min of training left"
+    assert repr(line) == (
+        "step 58 of 480 · loss 5.000 · 10.0 s a step · the whole run: about 80.0 min of training for its 480 "
+        "steps, 70.3 min left · too long? HP_MLM_TIME_BUDGET, or the handout (docs/teaching.md)"
+    )
+    slower = RunLine({"step": 100, "seconds": 1500.0}, 480, float("inf"), losses)  # the pace it has now
+    assert "15.0 s a step · the whole run: about 120.0 min of training for its 480 steps, 95.0 min left" in repr(slower)
     budgeted = RunLine({"step": 58, "seconds": 580.0}, 480, 600.0, losses)  # a 10 min budget: 20 s left
-    assert repr(budgeted).endswith("about 0.3 min of training left")
+    assert repr(budgeted).endswith("70.3 min left; the time budget stops it in 20 s, near step 61")
+    resumed = RunLine({"step": 300, "seconds": 1000.0}, 480, float("inf"), losses, since={"step": 250, "seconds": 900})
+    assert "2.0 s a step · the whole run: about 16.0 min of training for its 480 steps, 6.0 min left" in repr(resumed)
     assert repr(RunLine({"step": 0, "seconds": 0.0}, 480, float("inf"), [])) == "step 0 of 480: training starts"
+
+
+def test_the_live_views_top_line_gives_the_whole_run_at_the_fake_clocks_pace(smoke_tokenizer, monkeypatch):
+    watch, drawn, _ = _watched_run(smoke_tokenizer, monkeypatch, step_seconds=9.0, steps=30)
+    line = repr(watch.moving()[1])
+    whole = f"the whole run: about {watch.total * 9 / 60:.1f} min of training for its {watch.total} steps"
+    assert line.startswith(f"step 30 of {watch.total} · loss 5.000 · 9.0 s a step · {whole}")
+    assert "too long? HP_MLM_TIME_BUDGET" in line
+
+
+def test_the_jobs_clock_says_the_whole_run_after_the_first_steps_then_follows_the_pace():
+    """The tester's busy laptop: 7 s a step over 480 steps. The first line comes after 3 steps with what to do;
+    then a line every 48 steps, each at the pace so far; with a time budget, where it stops instead."""
+    from types import SimpleNamespace
+
+    from hp_mlm.course.watch import RunClock
+
+    def plan(minutes=0.0, steps=()):
+        history = {"steps": list(steps), "epochs": [{"seconds": s["seconds"]} for s in steps[-1:]]}
+        return SimpleNamespace(history=history, total_steps=480, settings=SimpleNamespace(time_budget_minutes=minutes))
+
+    logged = []
+    clock = RunClock(plan(), logged.append)
+    for n in range(1, 101):  # 7 s a step, then 3 s from step 49
+        clock.on_step(None, {"step": n, "seconds": 7.0 * min(n, 48) + 3.0 * max(0, n - 48)})
+    assert logged[0] == (
+        "clock: 3 steps took 21 s; the whole run: about 56.0 min of training for its 480 steps, 55.6 min left. "
+        "Too long? set a time budget in minutes (`--time-budget 10` on the command line, HP_MLM_TIME_BUDGET=10 for "
+        "a notebook, then run again from the top): training stops there, saves, evaluates, and a later run resumes "
+        "it; or use a model trained once on a fast machine (the handout: docs/teaching.md)"
+    )
+    assert (
+        logged[1] == "clock: step 48 of 480; the whole run: about 56.0 min of training for its 480 steps, 50.4 min left"
+    )
+    assert (
+        logged[2] == "clock: step 96 of 480; the whole run: about 40.0 min of training for its 480 steps, 32.0 min left"
+    )
+    assert len(logged) == 3
+    boxed = []
+    budgeted = RunClock(plan(minutes=10.0), boxed.append)
+    for n in range(1, 4):
+        budgeted.on_step(None, {"step": n, "seconds": 7.0 * n})
+    assert boxed == [
+        "clock: 3 steps took 21 s; the whole run: about 56.0 min of training for its 480 steps, 55.6 min left; "
+        "the time budget stops it in 9.7 min, near step 86"
+    ]
+    resumed, again = RunClock(plan(steps=[{"step": 200, "seconds": 400.0}]), [].append), []
+    resumed.log = again.append
+    for n in range(201, 204):  # this session's pace, 1 s a step, not the first session's 2 s
+        resumed.on_step(None, {"step": n, "seconds": 400.0 + (n - 200)})
+    assert again[0].startswith("clock: 3 steps took 3 s; the whole run: about 8.0 min of training for its 480 steps")
 
 
 def test_where_a_plot_is_slow_the_line_still_moves_every_15_s_and_the_curve_keeps_to_1_percent(

@@ -289,12 +289,13 @@ def check_answer(exercise: str, value: Any, **given: Any) -> bool | None:
 
 
 def scheduled_rates(total: int, peak: float, warmup: int) -> list[float]:
-    """The rate at each of ``total`` optimiser steps of ``build_scheduler``'s linear schedule (step 0 first)."""
+    """The rate each of ``total`` optimiser steps of ``build_scheduler``'s linear schedule runs at (steps 1 to
+    ``total``), read from the optimiser before each step."""
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
     scheduler = build_scheduler(optimizer, total, warmup / total, "linear")
     rates = []
     for _ in range(total):
-        rates.append(scheduler.get_last_lr()[0])
+        rates.append(optimizer.param_groups[0]["lr"])
         optimizer.step()
         scheduler.step()
     return rates

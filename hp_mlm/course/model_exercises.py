@@ -102,31 +102,43 @@ def check_masked_lm_loss(loss_fn: Callable) -> bool | None:
 
 def check_learning_rate(rate: Callable) -> bool | None:
     """Exercise 3.3: ``rate(step, total_steps, peak, warmup_steps) -> learning rate`` at optimiser step
-    ``step`` (0 = the first): linear warmup from 0, then linear decay to 0, as ``build_scheduler``."""
+    ``step`` (1 = the first): linear warmup reaching the peak at step ``warmup_steps``, then linear decay
+    reaching 0 at step ``total_steps + 1``, one after the last, as ``build_scheduler`` (no step at rate 0)."""
 
     def run() -> str:
         for total, peak, warmup in ((20, 1e-3, 4), (10, 2e-3, 0)):
             right = kit.scheduled_rates(total, peak, warmup)
-            got = [float(call(rate, s, total, peak, warmup)) for s in range(total)]
+            got = [float(call(rate, s, total, peak, warmup)) for s in range(1, total + 1)]
             require(
-                not close(got[0], peak) or warmup == 0,
-                "the rate should rise from 0 over the warmup steps, not start at the peak",
+                not close(got[0], 0.0),
+                "step 1 is the first step and should move the weights: counted from 1, the warmup gives it "
+                "peak / warmup_steps, not 0 (step 0 would be a step before the run)",
             )
             require(
-                not all(close(g, r) for g, r in zip(got, right[1:] + [0.0])),
-                "step 0 is the first step, where the rate is 0: you are one step ahead",
+                not warmup or got[0] <= 2 * right[0] * (1 + 1e-6),
+                "the rate should rise from near 0 over the warmup steps (step 1: peak / warmup_steps), not start "
+                "near the peak",
+            )
+            require(
+                not all(close(g, r) for g, r in zip(got, right[1:])),
+                "you are one step ahead: step 1 is the first step, at peak / warmup_steps",
+            )
+            require(
+                not close(got[-1], 0.0),
+                f"the last step (step {total}) should not run at rate 0 either: the decay reaches 0 at step "
+                "total_steps + 1, one after the last",
             )
             wrong = next((s for s, (g, r) in enumerate(zip(got, right)) if not close(g, r)), None)
             at = 0 if wrong is None else wrong
             require(
-                wrong is None or wrong >= warmup,
+                wrong is None or wrong + 1 >= warmup,
                 "during the warmup the rate at step s is peak * s / warmup_steps "
-                f"(step {at}: {right[at]:g}); yours: {got[at]:g}",
+                f"(step {at + 1}: {right[at]:g}); yours: {got[at]:g}",
             )
             require(
                 wrong is None,
-                f"after the warmup, decay linearly from the peak to 0 at total_steps: at step {at} "
-                f"of {total} (warmup {warmup}) the rate is {right[at]:g}; yours: {got[at]:g}",
+                f"after the warmup, decay linearly from the peak at step warmup_steps to 0 at step total_steps + 1: "
+                f"at step {at + 1} of {total} (warmup {warmup}) the rate is {right[at]:g}; yours: {got[at]:g}",
             )
         return "20 steps (warmup 4) and 10 steps (no warmup) against build_scheduler (transformers' linear schedule)"
 

@@ -35,7 +35,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from hp_mlm.callbacks import time_budget
+from hp_mlm.callbacks import EARLY_STOPPING, TIME_BUDGET, time_budget
 from hp_mlm.inference import examples as shipped_examples
 from hp_mlm.inference import fill_mask
 from hp_mlm.studies.probes import default_probes, load_probes, normalise_answer, score_probes
@@ -123,6 +123,7 @@ class WatchLearning(Callback):
         self.losses = [(s["step"], s["loss"]) for s in plan.history["steps"]]  # a resumed run's so far
         last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
         self.last = {"step": last["step"], "seconds": last["seconds"]}  # the last step: optimiser step, training clock
+        self.since = dict(self.last)  # where this session started: its pace is its own
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
         self.record["planned"] = {"steps": plan.total_steps, "epochs": plan.settings.epochs}  # see run_ending
         self.record.setdefault("first_right", self.first_right())
@@ -226,7 +227,7 @@ class WatchLearning(Callback):
     def moving(self) -> tuple[LearningCurves, RunLine]:
         """What a redraw between frames changes: the curves and the line."""
         curves = LearningCurves(self.losses, self.record["frames"])
-        return curves, RunLine(self.last, self.total, self.budget, self.losses)
+        return curves, RunLine(self.last, self.total, self.budget, self.losses, self.since)
 
 
 def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
@@ -237,34 +238,56 @@ def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
 
 
+def stop_reason(history: dict[str, Any], epochs: int | None = None) -> str | None:
+    """What ended a run before the end of its plan: the reason the callback that stopped it returned
+    (``history["stopped_by"]``: ``callbacks.TIME_BUDGET`` or ``callbacks.EARLY_STOPPING``), or None for a run
+    that trained every epoch it planned (a stop at its very last step included). ``epochs``: the epochs it
+    planned (None: the watch's record of the plan, ``history["watch"]["planned"]``)."""
+    planned = (history.get("watch") or {}).get("planned") or {}
+    epochs, last = epochs or planned.get("epochs"), (history.get("epochs") or [{}])[-1]
+    if not history.get("stopped_by") or not last or not epochs:
+        return None
+    return history["stopped_by"] if "batches_done" in last or last["epoch"] < epochs else None
+
+
 def stopped_early(history: dict[str, Any]) -> str:
     """Why a watched run (``history["watch"]["planned"]`` kept) trained less than it planned, in words
-    (``"the time budget stopped it at optimiser step 3 of 480"``), or "" when it trained every epoch."""
-    planned, epochs = history.get("watch", {}).get("planned"), history.get("epochs") or [{}]
-    if not planned or not epochs[-1]:
-        return ""
-    if history.get("early_stopping"):
-        return f"early stopping ended it after epoch {epochs[-1]['epoch']} of {planned['epochs']}"
-    if "batches_done" in epochs[-1] or epochs[-1]["epoch"] < (planned["epochs"] or 0):  # a time budget cut it short
+    (``"the time budget stopped it at optimiser step 3 of 480"``), from :func:`stop_reason`; "" when it
+    trained every epoch."""
+    planned, reason = (history.get("watch") or {}).get("planned"), stop_reason(history)
+    if reason == EARLY_STOPPING:
+        return f"early stopping ended it after epoch {history['epochs'][-1]['epoch']} of {planned['epochs']}"
+    if reason == TIME_BUDGET:
         return f"the time budget stopped it at optimiser step {history['optimizer_steps']} of {planned['steps']}"
     return ""
 
 
-def run_ending(history: dict[str, Any], again: str = "run the notebook again from the top") -> str:
+#: How to train further once a run has ended (no checkpoint continues it): a new run from its saved model.
+TRAIN_FURTHER = (
+    "train further from the saved model into a new folder (its `model/` folder as the `model` setting, "
+    "another `output_dir`), or train again with more epochs (HP_MLM_EPOCHS; with early stopping, a larger "
+    "early_stopping_patience)"
+)
+
+
+def run_ending(
+    history: dict[str, Any], again: str = "run the notebook again from the top", further: str = TRAIN_FURTHER
+) -> str:
     """What a watched run's end means, for a learner: "" when an example's corpus word came first during
     training (a frame after step 0); else a few sentences saying why none did (a time budget, early
-    stopping, or a run too short for this model), that this is a normal ending and the model is saved
-    all the same, and what to do next. ``history``: a run's history with its ``"watch"`` record;
-    ``again``: how this run is started again (the main job: the same command with ``--resume``)."""
+    stopping, or a run too short for this model: :func:`stop_reason`, never the words of a message), that
+    this is a normal ending and the model is saved all the same, and what to do next: a time budget's run
+    continues from its checkpoint (``again``: how, e.g. the main job's same command with ``--resume``); a
+    run that ended is trained further from its saved model (``further``; the job names its command)."""
     watch = history.get("watch") or {}
     if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"]):
         return ""
     steps, why = history["optimizer_steps"], stopped_early(history)
-    if "time budget" in why:
+    if stop_reason(history) == TIME_BUDGET:
         more = f"{again}: training continues from its checkpoint for another budget"
     else:
         why = why or f"it trained all {steps} steps it planned, too few for this model"
-        more = "train longer (more epochs: HP_MLM_EPOCHS; or a larger early_stopping_patience)"
+        more = further
     return (
         f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. "
         "That is a normal ending, not a fault: the model is saved as it is, and notebook 04 evaluates it. To see "
@@ -347,24 +370,94 @@ class FramesTable:
         return f"{table}<p><small>{note}; the sentences:</small></p><ol><small>{sentences}</small></ol>"
 
 
+#: What to do when the whole run is too long, said with the first estimate of its length.
+TOO_LONG = (
+    "too long? set a time budget in minutes (`--time-budget 10` on the command line, HP_MLM_TIME_BUDGET=10 for a "
+    "notebook, then run again from the top): training stops there, saves, evaluates, and a later run resumes it; "
+    "or use a model trained once on a fast machine (the handout: docs/teaching.md)"
+)
+
+
+def minutes(seconds: float) -> str:
+    """``seconds`` for a clock line: ``"40 s"`` under 1.5 minutes, else ``"3.3 min"``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def whole_run(step: dict[str, Any], total: int, budget: float, since: dict[str, Any] | None = None) -> str:
+    """The whole run's length at this pace, in words: the pace is this session's (the training clock from
+    ``since``, ``{"step", "seconds"}``, to ``step``, the same; None: from step 0), times all ``total``
+    optimiser steps of every epoch, and what is left; when the time budget (``budget``, seconds of the
+    training clock; inf: none) ends the run sooner, where it stops. E.g. ``"the whole run: about 3.3 min of
+    training for its 480 steps, 2.9 min left"``. Raises ZeroDivisionError when no step was taken since ``since``."""
+    since = since or {"step": 0, "seconds": 0.0}
+    pace = (step["seconds"] - since["seconds"]) / (step["step"] - since["step"])
+    left = (total - step["step"]) * pace
+    text = f"the whole run: about {minutes(total * pace)} of training for its {total} steps, {minutes(left)} left"
+    if budget - step["seconds"] < left:
+        stops = step["step"] + max(0, math.floor((budget - step["seconds"]) / pace)) + 1
+        text += f"; the time budget stops it in {minutes(max(0.0, budget - step['seconds']))}, near step {stops}"
+    return text
+
+
 class RunLine:
     """The run so far in one line: the optimiser step of how many, the loss (mean of the last 10 steps), the
-    seconds a step takes and the training time left (the steps left at that pace, or the time budget's
-    rest when it ends sooner), e.g. ``step 58 of 480 · loss 5.214 · 7.3 s a step · about 51 min of
-    training left``. ``step``: ``{"step", "seconds"}`` (training clock); ``budget``: seconds (inf: none)."""
+    seconds a step takes, the whole run's length at that pace and what is left (:func:`whole_run`, over all
+    epochs), and what to do if that is too long (:data:`TOO_LONG`, in short), e.g. ``step 58 of 480 · loss
+    5.214 · 7.3 s a step · the whole run: about 58.4 min of training for its 480 steps, 51.3 min left · too
+    long? ...``. ``step``: ``{"step", "seconds"}`` (training clock); ``budget``: seconds (inf: none);
+    ``since``: the step this session started from (a resumed run's pace is its own)."""
 
-    def __init__(self, step: dict[str, Any], total: int, budget: float, losses: Sequence[tuple[int, float]]) -> None:
+    def __init__(
+        self,
+        step: dict[str, Any],
+        total: int,
+        budget: float,
+        losses: Sequence[tuple[int, float]],
+        since: dict[str, Any] | None = None,
+    ) -> None:
         self.step, self.total, self.budget, self.losses = step, total, budget, losses
+        self.since = since or {"step": 0, "seconds": 0.0}
 
     def __repr__(self) -> str:
         n, seconds = self.step["step"], self.step["seconds"]
-        if not n:
-            return f"step 0 of {self.total}: training starts"
-        pace = seconds / n
-        left = min((self.total - n) * pace, max(0.0, self.budget - seconds))
+        if n <= self.since["step"]:
+            return f"step {n} of {self.total}: training starts"
+        pace = (seconds - self.since["seconds"]) / (n - self.since["step"])
         recent = [loss for _, loss in self.losses[-10:]]
         loss = f" · loss {sum(recent) / len(recent):.3f}" if recent else ""
-        return f"step {n} of {self.total}{loss} · {pace:.1f} s a step · about {left / 60:.1f} min of training left"
+        advice = "" if self.budget < math.inf else " · too long? HP_MLM_TIME_BUDGET, or the handout (docs/teaching.md)"
+        whole = whole_run(self.step, self.total, self.budget, self.since)
+        return f"step {n} of {self.total}{loss} · {pace:.1f} s a step · {whole}{advice}"
+
+
+class RunClock(Callback):
+    """The whole run's clock in a log (the main job): after the first ``first`` optimiser steps of this
+    session, a line with :func:`whole_run` and what to do if it is too long (:data:`TOO_LONG`; with a time
+    budget set, where it stops instead), then a shorter line each time another ``1 / updates`` of the run's
+    steps is done, so the estimate follows the machine's pace. Reads the training clock from each step's
+    record (callbacks excluded), so a test drives it with step records alone. ``log``: where the lines go."""
+
+    def __init__(self, plan: TrainingPlan, log: Callable[[str], None], first: int = 3, updates: int = 10) -> None:
+        last = plan.history["steps"][-1] if plan.history["steps"] else {"step": 0, "seconds": 0.0}
+        self.since = {"step": last["step"], "seconds": last["seconds"]}  # a resumed run's pace is its own
+        self.log, self.total, self.budget = log, plan.total_steps, time_budget(plan).seconds
+        self.first, self.every, self.said = first, max(1, math.ceil(plan.total_steps / updates)), False
+
+    def on_step(self, model: nn.Module, step: dict[str, Any]) -> None:  # noqa: ARG002 - a hook's signature
+        done = step["step"] - self.since["step"]
+        if done < self.first or step["step"] >= self.total:
+            return
+        if not self.said:
+            advice = "" if self.budget < math.inf else f". {TOO_LONG[0].upper()}{TOO_LONG[1:]}"
+            self.log(
+                f"clock: {done} steps took {minutes(step['seconds'] - self.since['seconds'])}; {self.text(step)}{advice}"
+            )
+            self.said = True
+        elif step["step"] % self.every == 0:
+            self.log(f"clock: step {step['step']} of {self.total}; {self.text(step)}")
+
+    def text(self, step: dict[str, Any]) -> str:
+        return whole_run(step, self.total, self.budget, self.since)
 
 
 class LearningCurves:

@@ -4,7 +4,9 @@ Versions (Python, the course's own, torch and its build, the Hugging Face librar
 runtime and what the course's install changed there, the device and the precision
 ``auto`` picks on it (and why), processes, the Hub (reachable, offline, and whether the default model
 and dataset are in the cache), free disk where outputs go, and the active profile with the measured
-machine time of each notebook. A profile it suggests comes with the install that profile needs. Every check is guarded: a failing one prints its line ("could not
+machine time of each notebook. A profile it suggests comes with the install that profile needs. With ``--fit`` it also times a few real training steps of the
+profile here and says how long notebook 03 and the main job take on this machine, and whether notebook 03
+fits the 3-hour room's slot (or what to do instead). Every check is guarded: a failing one prints its line ("could not
 check ...") and the rest go on, so no traceback is ever shown. It imports nothing outside the
 standard library at load time, so it runs with torch or transformers missing (``__main__`` calls it
 before the command line, which needs them).
@@ -226,13 +228,14 @@ def notebook_times(profile: str, path: Path = NOTEBOOK_TIMES) -> list[str]:
     return [row("notebooks", f"`{profile}` profile, measured on {on}: {shown}")]
 
 
-def settings_lines(profile: str | None, problems: list[str]) -> tuple[list[str], object | None]:
-    """The active profile's line and its settings (None, with a problem noted, when they cannot be read)."""
+def settings_lines(profile: str | None, problems: list[str], overrides=None) -> tuple[list[str], object | None]:
+    """The active profile's line and its settings (None, with a problem noted, when they cannot be read);
+    ``overrides``: settings given on the command line (``model``, ``dataset``)."""
     from hp_mlm.config import active_profile, get_settings
 
     try:
         name = profile or active_profile()
-        settings = get_settings(name)
+        settings = get_settings(name, **(overrides or {}))
     except ValueError as error:  # a bad profile name or HP_MLM_ variable: say which, and what is valid
         problems.append(str(error).splitlines()[0])
         return [row("profile", "settings could not be read")], None
@@ -254,8 +257,123 @@ def required_missing(lines: list[str], problems: list[str]) -> None:
             )
 
 
-def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list[str], list[str]]:
-    """``(lines, problems)``: the screen, and what is required and missing (each says what to do)."""
+#: Optimiser steps ``doctor --fit`` times; the first (AdamW allocates its state there) is left out of the pace.
+FIT_STEPS = 6
+#: The room's length (minutes) and notebook 03's slot in it (the schedule in docs/teaching.md, from the notebooks).
+ROOM_MINUTES, TRAINING_NOTEBOOK = 180, "03_training"
+
+
+def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Time the profile's run on this machine as notebook 03 and the main job make it: load and tokenise
+    (``prepare``), plan the whole run, take ``steps`` real optimiser steps (the job's loop, in
+    ``allocator.reuse_freed_memory`` on a CPU) and score the held-out rows once (``evaluation.evaluate``).
+    Nothing is written; the model is thrown away.
+
+    Returns ``{"load"`` (seconds), ``"step"`` (seconds per optimiser step: the median of all but the first),
+    ``"evaluate"`` (seconds for one held-out evaluation), ``"total_steps"``, ``"epochs"}`` of the whole run.
+    ``clock``: seconds (a test passes a fake one)."""
+    import dataclasses
+    import statistics
+
+    from hp_mlm.evaluation import evaluate
+    from hp_mlm.ops.allocator import reuse_freed_memory
+    from hp_mlm.prepare import prepare
+    from hp_mlm.training import Callback, plan_training, train
+
+    class Stopwatch(Callback):
+        def __init__(self) -> None:
+            self.times = [clock()]
+
+        def on_step(self, model, step) -> str | None:  # noqa: ARG002 - a hook's signature
+            self.times.append(clock())
+            return "timed" if len(self.times) > steps else None
+
+    started = clock()
+    prep = prepare(dataclasses.replace(settings, progress=False))
+    loaded, s = clock(), prep.settings
+    plan = plan_training(prep.loaded.model, prep.loaded.tokenizer, prep.train_tokens, s)
+    watch = Stopwatch()
+    with reuse_freed_memory(plan.accelerator.device.type == "cpu"):  # as the job trains (ops.job.run_training)
+        train(plan, [watch])
+    paces = [b - a for a, b in zip(watch.times, watch.times[1:])]
+    before = clock()
+    evaluate(prep.loaded.model, prep.frozen_validation, prep.loaded.tokenizer, s.eval_batch_size, precision=s.precision)
+    return {
+        "load": loaded - started,
+        "step": statistics.median(paces[1:] or paces),
+        "evaluate": clock() - before,
+        "total_steps": plan.total_steps,
+        "epochs": s.epochs,
+    }
+
+
+def room_allowance(notebooks: Path = NOTEBOOK_TIMES.parents[2] / "notebooks") -> tuple[float, float] | None:
+    """``(notebook 03's machine seconds in the room's schedule, the schedule's spare minutes)``: the schedule
+    docs/teaching.md shows, made from the notebooks' own tables (``course.episodes.room_schedule``); None
+    outside a clone of the repository (no notebooks)."""
+    from hp_mlm.course.episodes import ROOM_PROFILE, episode_minutes, room_schedule
+
+    if not (notebooks / f"{TRAINING_NOTEBOOK}.ipynb").is_file() or not NOTEBOOK_TIMES.is_file():
+        return None
+    measured = json.loads(NOTEBOOK_TIMES.read_text(encoding="utf-8"))["profiles"]
+    episodes = []
+    for path in sorted(notebooks.glob("0*.ipynb")):
+        times = {p: (measured.get(p, {}).get(path.stem) or {}).get("seconds") for p in measured}
+        episodes.append((path.stem, episode_minutes(json.loads(path.read_text(encoding="utf-8"))), times))
+    _, minutes = room_schedule(episodes)
+    return measured[ROOM_PROFILE][TRAINING_NOTEBOOK]["seconds"], ROOM_MINUTES - minutes
+
+
+def fit_lines(timed: dict[str, float], allowance: tuple[float, float] | None, slot_minutes: int = 35) -> list[str]:
+    """What ``doctor --fit`` says from :func:`time_steps`' figures: the pace, notebook 03's machine time here
+    (load, the whole run's steps, a held-out evaluation after each epoch), the main job's (that, and the
+    evaluations before and after), and whether notebook 03 fits the 3-hour room: its ``slot_minutes`` of
+    lesson plus the machine time the schedule gives it and the room's spare minutes (``allowance``, from
+    :func:`room_allowance`). When it does not: the time budget that fits, or the handed-out model."""
+    step, total = timed["step"], timed["total_steps"]
+    training = total * step
+    notebook = timed["load"] + training + timed["epochs"] * timed["evaluate"]
+    job = timed["load"] + training + (timed["epochs"] + 3) * timed["evaluate"]
+    lines = [
+        row("pace", f"{step:.2f} s an optimiser step here ({total} steps in the run: {minutes(training)} of training)"),
+        row("notebook 03", f"about {minutes(notebook)} of machine time here"),
+        row("main job", f"about {minutes(job)} here (python -m hp_mlm train, the same profile)"),
+    ]
+    if allowance is None:
+        return [*lines, row("room", "the room's schedule is in a clone of the repository (docs/teaching.md)")]
+    given, spare = allowance
+    room = given + 60 * spare  # what notebook 03 may take here and the room still end on time
+    said = f"the 3-hour room gives notebook 03 {slot_minutes} min of lesson + {minutes(given)} running"
+    said += f", {spare:.0f} min to spare at the end"
+    if notebook <= room:
+        return [*lines, row("room", f"fits: {said}")]
+    budget = max(0.0, room - (notebook - training)) / 60
+    steps = int(budget * 60 / step)
+    advice = (
+        f"set HP_MLM_TIME_BUDGET={budget:.1f} (about {steps} of its {total} steps) and hand out"
+        if steps >= 1
+        else "no training step fits the slot here: hand out"
+    )
+    handout = " a model trained once on a fast machine for notebook 04 (docs/teaching.md, the handout)"
+    return [*lines, row("room", f"does NOT fit ({minutes(notebook - room)} over): {said}"), row("", advice + handout)]
+
+
+def minutes(seconds: float) -> str:
+    """``seconds`` for the screen: ``"40 s"`` under 1.5 minutes, else ``"3.3 min"``."""
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def fit(settings) -> list[str]:
+    """``doctor --fit``'s lines: :func:`time_steps` on this machine, then :func:`fit_lines`."""
+    return fit_lines(time_steps(settings), room_allowance())
+
+
+def report(
+    profile: str | None = None, hub_timeout_s: float = 3.0, fit_check: bool = False, **overrides
+) -> tuple[list[str], list[str]]:
+    """``(lines, problems)``: the screen, and what is required and missing (each says what to do).
+    ``fit_check``: also time the profile's training here (:func:`fit`), when nothing required is missing;
+    ``overrides``: settings for the profile (``model``, ``dataset``)."""
     problems: list[str] = []
     lines = [f"hp-mlm doctor ({sys.executable})"]
     lines += guarded(lambda: versions(problems), "versions")
@@ -265,7 +383,7 @@ def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list
     if on_colab():
         lines += guarded(colab, "colab")
     try:
-        found, settings = settings_lines(profile, problems)
+        found, settings = settings_lines(profile, problems, overrides)
     except Exception as error:  # noqa: BLE001 - the doctor reports, it never fails
         found, settings = [could_not_check("profile", error)], None
     if settings is not None:
@@ -273,6 +391,8 @@ def report(profile: str | None = None, hub_timeout_s: float = 3.0) -> tuple[list
         found += guarded(lambda: disk(settings.output_dir), "disk")
         found += guarded(lambda: notebook_times(settings.profile), "notebooks")
     required_missing(found, problems)
+    if fit_check and settings is not None and not problems:
+        found += guarded(lambda: fit(settings), "fit")
     return lines + found, problems
 
 
@@ -281,8 +401,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hp_mlm doctor", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", help="the profile to check (default $HP_MLM_PROFILE or full)")
     parser.add_argument("--hub-timeout", type=float, default=3.0, help="seconds to wait for the Hub (default 3)")
+    parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="also time a few training steps of the profile here: how long notebook 03 and the main job take, "
+        "and whether notebook 03 fits the 3-hour room (about a minute; loads the model and data)",
+    )
+    parser.add_argument("--model", help="the model to check instead of the profile's (a Hub id or a local folder)")
+    parser.add_argument("--dataset", help="the data to check instead of the profile's (a Hub id or a local file)")
     args = parser.parse_args(argv)
-    lines, problems = report(args.profile, args.hub_timeout)
+    overrides = {k: v for k, v in (("model", args.model), ("dataset", args.dataset)) if v}
+    lines, problems = report(args.profile, args.hub_timeout, args.fit, **overrides)
     print("\n".join(lines))
     for problem in problems:
         print(f"error: {problem}")

@@ -355,7 +355,8 @@ def train_and_measure(
     and the steps between two frames of the watch (``course.watch``; 0: none); ``shown``: the run's examples."""
     from tqdm.auto import tqdm
 
-    from hp_mlm.course.watch import WatchLearning, run_ending
+    from hp_mlm.callbacks import TIME_BUDGET
+    from hp_mlm.course.watch import RunClock, WatchLearning, run_ending, stop_reason
 
     s, model = prep.settings, prep.loaded.model
     phase = time.perf_counter()
@@ -369,24 +370,33 @@ def train_and_measure(
             f"resuming at optimiser step {plan.history['optimizer_steps']} (epoch {plan.start_epoch + 1}, "
             f"after {plan.batches_done} of its batches)"
         )
+        if s.time_budget_minutes:  # time_budget(plan) counts this run's minutes only
+            before = sum(e["seconds"] for e in plan.history["epochs"])
+            log(
+                f"time budget starts again: {s.time_budget_minutes:g} min of training from here; the "
+                f"{before / 60:.1f} min trained before the resume are not counted (each run's budget is its own)"
+            )
     probe_list, every = watched
     watch = (
         []
         if every == 0 or not plan.accelerator.is_main_process
         else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, tqdm.write if s.progress else log, shown)]
     )  # first: its last frame shows the weights trained, before early stopping takes the best epoch's
-    callbacks: list[Callback] = [*watch, validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last
+    clock = RunClock(plan, tqdm.write if s.progress and plan.accelerator.is_main_process else log)
+    callbacks: list[Callback] = [*watch, clock, validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last
     history = run_training(plan, callbacks)
-    last = history["epochs"][-1]
-    if budget.stopped_at and ("batches_done" in last or last["epoch"] < s.epochs):  # stopped before the end
+    if stop_reason(history, s.epochs) == TIME_BUDGET:  # the reason the budget returned, before the run's end
         history["time_budget_stop"] = {"step": history["optimizer_steps"], "planned_steps": plan.total_steps}
         log(
             f"time budget reached: stopped at optimiser step {history['optimizer_steps']} of {plan.total_steps} "
             f"(epoch {budget.stopped_at['epoch']} of {s.epochs}); the model so far is evaluated and saved, "
-            "and its checkpoint kept: rerun with `resume` to continue, or use a model trained once on a fast machine "
-            "(`python -m hp_mlm handout`, then HP_MLM_TRAINED_MODEL)"
+            "and its checkpoint kept: rerun the same command with --resume to continue, or use a model trained once "
+            "on a fast machine (`python -m hp_mlm handout`, then HP_MLM_TRAINED_MODEL)"
         )
-    history["ending"] = run_ending(history, again="rerun the same command with --resume")  # "" once a word came first
+    further = f"train further from the saved model into a new folder ({train_further_command(s)})"
+    history["ending"] = run_ending(
+        history, "rerun the same command with --resume", further
+    )  # "" once a word came first
     if history["ending"]:
         log(history["ending"])
     validated = history.get("final_validation") or history["epochs"][-1]["validation"]
@@ -397,6 +407,20 @@ def train_and_measure(
     after = measure(prep, model, "after", words, held=validated, shown=shown)
     seconds["evaluate_after"] = validated["seconds"] + time.perf_counter() - phase
     return history, after
+
+
+def train_further_command(settings: Settings) -> str:
+    """The command that trains a finished run's saved model further, into a new folder (each path one word
+    in a shell), e.g. ``python -m hp_mlm train --profile offline --model outputs/offline/model --output-dir
+    outputs/offline-more`` (with ``--dataset`` too)."""
+    import shlex
+
+    out = Path(settings.output_dir)
+    new = out.with_name(out.name + "-more")
+    return (
+        f"python -m hp_mlm train --profile {settings.profile} --dataset {shlex.quote(settings.dataset)} "
+        f"--model {shlex.quote(str(out / MODEL_DIR))} --output-dir {shlex.quote(str(new))}"
+    )
 
 
 def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> dict[str, Any]:

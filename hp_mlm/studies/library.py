@@ -11,6 +11,7 @@ each on the same frozen held-out masks.
 from __future__ import annotations
 
 import hashlib
+import math
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -60,9 +61,11 @@ def library_collator(tokenizer, settings: Settings):
 def trainer_arguments(settings: Settings, output_dir: str, n_rows: int):
     """``TrainingArguments`` that match the course's settings for a run over ``n_rows`` training rows.
 
-    The warmup is given in steps, counted as ``training.build_scheduler`` counts them, so both schedules
-    are the same step for step; the course's ``"constant"`` schedule is the library's
-    ``"constant_with_warmup"``. Both leave biases and LayerNorm weights out of weight decay and use
+    The warmup is given in steps, counted as ``training.build_scheduler`` counts them (a part of a step is
+    a step), and the schedule has the same shape; the course's ``"constant"`` schedule is the library's
+    ``"constant_with_warmup"``. One difference stays: the library's first step runs at the schedule's rate
+    for step 0 (0 with a warmup: it moves no weight), the course's counts its steps from 1 (its linear
+    decay ends one step after the run). Both leave biases and LayerNorm weights out of weight decay and use
     fused AdamW. Evaluation and checkpoints are off: the runs are scored on the frozen held-out masks.
 
     Raises:
@@ -88,7 +91,7 @@ def trainer_arguments(settings: Settings, output_dir: str, n_rows: int):
         num_train_epochs=settings.epochs,
         learning_rate=settings.learning_rate,
         lr_scheduler_type={"linear": "linear", "constant": "constant_with_warmup"}[settings.schedule],
-        warmup_steps=int(round(settings.warmup_fraction * steps)),
+        warmup_steps=math.ceil(round(settings.warmup_fraction * steps, 6)),  # as training.build_scheduler
         weight_decay=settings.weight_decay,
         max_grad_norm=settings.max_grad_norm,
         bf16=settings.precision == "bf16",
