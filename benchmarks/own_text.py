@@ -96,6 +96,7 @@ def picked_only(dataset: str, seed: int) -> dict:
     trained = "\n".join(prep.train_rows[s.text_column]).lower()
     return {
         "picked": [answers[0] for _, answers in shown.examples],
+        "decided_by": {d["word"]: f"{d['phrase']} ({d['together']} of {d['neighbour']})" for d in shown.decided_by},
         "scored_whole": [p["answer"] for p in shown.scored_whole],
         "known_to_the_stock_model": list(shown.known),
         "candidate_sentences": shown.candidates,
@@ -124,9 +125,11 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
     rows = list(zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"]))
     picked_rows = rows[len(rows) - metrics["probes"].get("from_examples", len(rows)) :]  # the last: picked, not given
     whole = [{"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]} for b, a in picked_rows]
+    decided = {d["word"]: f"{d['phrase']} ({d['together']} of {d['neighbour']})" for d in metrics.get("examples_decided_by", [])}
     return {
         "source": metrics.get("examples_source"),
         "picked": picked,
+        "decided_by": decided,
         "first_step": {w: firsts.get(w) for w in picked},
         "came_first": sum(firsts.get(w) not in (None, 0) for w in picked),
         "every": (metrics.get("watch") or {}).get("every"),
@@ -135,6 +138,7 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
         "scored_whole": whole,
         "top1": {"before": metrics["before"]["top1"], "after": metrics["after"]["top1"]},
         "n_train": metrics["data"]["n_train"],
+        "train_batches": {k: metrics["data"].get("train_batches", {}).get(k) for k in ("rows", "tokens")},
         "n_validation": metrics["data"]["n_validation"],
         "seconds": seconds,
         "train_clock": metrics["seconds"].get("train_clock"),

@@ -221,6 +221,8 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     b, rows = prep.batches, f"{prep.batches['rows']} rows"
     if prep.settings.padding == "pack":
         rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)"
+    elif b["rows"] > len(prep.train_rows):  # split_long_rows: always for your own text (profiles.own_text)
+        rows = f"{len(prep.train_rows)} rows, the long ones cut at word starts: {b['rows']} rows (the whole text)"
     log(
         f"training data: {rows}, {b['tokens']:,} tokens; padding "
         f"{b['padding_share']:.1%} of the first epoch's batch positions ({prep.settings.padding} padding)"
@@ -417,6 +419,7 @@ def collect_metrics(
             for (text, answers), b, a in zip(shown.examples if shown else (), before["examples"], after["examples"])
         ],
         "examples_source": shown.source if shown else None,
+        "examples_decided_by": list(shown.decided_by) if shown else [],  # picked: the neighbour deciding each word
         "data": {
             **prep.report.__dict__,
             "n_train": len(prep.train_rows),
