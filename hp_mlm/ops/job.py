@@ -209,6 +209,10 @@ def check_before_loading(
     return probe_list
 
 
+#: How the log names the encodings ``data.text_encoding`` reads a .txt in.
+TEXT_ENCODINGS = {"utf-8-sig": "UTF-8", "utf-16": "UTF-16 (its byte-order mark dropped)", "cp1252": "Windows cp1252"}
+
+
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     """Say what was loaded: the slice, the rows kept and held out, a new head, what truncation dropped and
     the rows that open inside a word longer than a row."""
@@ -218,6 +222,8 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
     )
+    if prep.report.encoding:  # a .txt: UTF-8, UTF-16 or Windows cp1252 (data.text_encoding)
+        log(f"text read as {TEXT_ENCODINGS[prep.report.encoding]}")
     b, rows = prep.batches, f"{prep.batches['rows']} rows"
     if prep.settings.padding == "pack":
         rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)"
