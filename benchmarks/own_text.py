@@ -26,6 +26,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -50,19 +51,30 @@ def so_far(out: Path) -> dict | None:
         return None
     state = json.loads((out / "checkpoints" / json.loads(latest.read_text())["checkpoint"] / "state.json").read_text())
     history, log = state["history"], out.with_suffix(".log")
-    before = next(
-        (float(line.split("top-1 ")[1].split("%")[0]) / 100 for line in log.read_text().splitlines()
-         if line.startswith("before: top-1 ")),
-        None,
-    ) if log.is_file() else None  # fmt: skip
+    lines = log.read_text().splitlines() if log.is_file() else []
+    said = {line.split(":")[0]: line for line in lines}  # the log's first word -> its line
+    before = float(said["before"].split("top-1 ")[1].split("%")[0]) / 100 if "before" in said else None
+    decided = [
+        {"word": w, "phrase": p, "together": int(t), "neighbour": int(n)}
+        for w, p, t, n in re.findall(r"(\w+) \(([^:()]+): (\d+) of (\d+)\)", said.get("examples", ""))
+    ]
+    rows = re.search(r"(\d+) train /", said.get("rows", ""))
+    trained = re.search(r": (\d+) rows \(the whole text\), ([\d,]+) tokens", said.get("training data", ""))
     return {
         "examples_source": "picked from your held-out rows",
+        "examples_decided_by": decided,
         "examples": [{"answers": [hit["answer"]], "text": ""} for hit in history["watch"]["first_right"]],
         "watch": history["watch"],
         "probes": {"before": {"rows": []}, "after": {"rows": []}},
         "before": {"top1": before},
         "after": {"top1": history["epochs"][-1]["validation"]["top1"]},
-        "data": {"n_train": None, "n_validation": history["epochs"][-1]["validation"]["n_rows"]},
+        "data": {
+            "n_train": int(rows.group(1)) if rows else None,
+            "n_validation": history["epochs"][-1]["validation"]["n_rows"],
+            "train_batches": {"rows": int(trained.group(1)), "tokens": int(trained.group(2).replace(",", ""))}
+            if trained
+            else {},
+        },
         "seconds": {"train_clock": sum(e["seconds"] for e in history["epochs"])},
         "stopped_at_epoch": history["epochs"][-1]["epoch"],
     }
@@ -78,6 +90,7 @@ def run(dataset: str, seed: int, out: Path, reuse: bool) -> tuple[dict, float | 
     command = [sys.executable, "-m", "hp_mlm", "train", "--profile", "quick", "--model", OFFLINE_MODEL]
     command += ["--dataset", dataset, "--seed", str(seed), "--output-dir", str(out), "--no-progress", "--overwrite"]
     started = time.perf_counter()
+    out.parent.mkdir(parents=True, exist_ok=True)
     with out.with_suffix(".log").open("w") as log:  # the job's printed lines, beside its folder
         subprocess.run(command, check=True, stdout=log)
     return json.loads((out / "metrics.json").read_text()), time.perf_counter() - started
@@ -96,6 +109,7 @@ def picked_only(dataset: str, seed: int) -> dict:
     trained = "\n".join(prep.train_rows[s.text_column]).lower()
     return {
         "picked": [answers[0] for _, answers in shown.examples],
+        "decided_by": {d["word"]: f"{d['phrase']} ({d['together']} of {d['neighbour']})" for d in shown.decided_by},
         "scored_whole": [p["answer"] for p in shown.scored_whole],
         "known_to_the_stock_model": list(shown.known),
         "candidate_sentences": shown.candidates,
@@ -124,9 +138,14 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
     rows = list(zip(metrics["probes"]["before"]["rows"], metrics["probes"]["after"]["rows"]))
     picked_rows = rows[len(rows) - metrics["probes"].get("from_examples", len(rows)) :]  # the last: picked, not given
     whole = [{"answer": b["answer"], "before": b["hit_top1"], "after": a["hit_top1"]} for b, a in picked_rows]
+    decided = {
+        d["word"]: f"{d['phrase']} ({d['together']} of {d['neighbour']})"
+        for d in metrics.get("examples_decided_by", [])
+    }
     return {
         "source": metrics.get("examples_source"),
         "picked": picked,
+        "decided_by": decided,
         "first_step": {w: firsts.get(w) for w in picked},
         "came_first": sum(firsts.get(w) not in (None, 0) for w in picked),
         "every": (metrics.get("watch") or {}).get("every"),
@@ -135,6 +154,7 @@ def summary(metrics: dict, trained: str, seconds: float | None) -> dict:
         "scored_whole": whole,
         "top1": {"before": metrics["before"]["top1"], "after": metrics["after"]["top1"]},
         "n_train": metrics["data"]["n_train"],
+        "train_batches": {k: metrics["data"].get("train_batches", {}).get(k) for k in ("rows", "tokens")},
         "n_validation": metrics["data"]["n_validation"],
         "seconds": seconds,
         "train_clock": metrics["seconds"].get("train_clock"),
@@ -149,33 +169,41 @@ def markdown(results: dict) -> str:
         f"`python benchmarks/own_text.py` on {results['machine']}, torch {results['torch']}: the main job, quick",
         f"profile, `--model {OFFLINE_MODEL}` (the offline MiniLM with the course's stock head, trained on the",
         "Carroll books), one run per corpus and seed. Picked: the words the course hid in sentences of the run's",
-        "held-out rows (the sentences are book text and stay out of the repository). First at step: the optimiser",
-        "step of the live view's first frame whose first guess was the word (a frame every `every` steps; -: never).",
+        "held-out rows, each with the neighbour that decides it in the training rows (the phrase, and how often the",
+        "word stands there of the times the neighbour occurs; the sentences are book text and stay out of the",
+        "repository). First at step: the optimiser step of the live view's first frame whose first guess was the",
+        "word (a frame every `every` steps; -: never). Trained: the rows (your long rows cut at word starts) and",
+        "tokens of the training data.",
         "",
-        "| corpus | seed | picked | first at step (of steps, every) | came first | top-1 before -> after |"
-        " scored whole: first before -> after | picked in a training row |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| corpus | seed | picked: decided by | first at step (of steps, every) | came first | top-1 before -> after |"
+        " scored whole: first before -> after | picked in a training row | trained: rows (of rows), tokens |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for corpus, runs in results["runs"].items():
         for seed, r in runs.items():
+            decided = r.get("decided_by", {})
+            picked = "; ".join(f"{w}: {decided.get(w, '?')}" for w in r["picked"]) or "none"
             steps = ", ".join(f"{w} {'-' if s is None else s}" for w, s in r["first_step"].items()) or "none"
             whole = "; ".join(f"{w['answer']}: {w['before']} -> {w['after']}" for w in r["scored_whole"]) or "none"
             before = "?" if r["top1"]["before"] is None else f"{r['top1']['before']:.1%}"
             upto = f" (so far: epoch {r['stopped_at_epoch']} of 12)" if r.get("stopped_at_epoch") else ""
+            trained = r.get("train_batches") or {}
+            rows = f"{trained.get('rows')} ({r['n_train']}), {trained.get('tokens'):,}" if trained.get("rows") else "?"
             lines.append(
-                f"| {corpus} | {seed} | {len(r['picked'])} | {steps} ({r['steps']}, {r['every']}){upto} | "
+                f"| {corpus} | {seed} | {picked} | {steps} ({r['steps']}, {r['every']}){upto} | "
                 f"{r['came_first']} of {len(r['picked'])} | {before} -> {r['top1']['after']:.1%} | "
-                f"{whole} | {r['picked_in_training_rows']} |"
+                f"{whole} | {r['picked_in_training_rows']} | {rows} |"
             )
     if results.get("picked"):
         lines += ["", "Picked without training (`--pick-only`, the same picking as the job's), per seed:", ""]
-        lines += ["| corpus | seed | picked | scored whole | candidate sentences: the stock model already right | "
-                  "names in the training rows | picked in a training row |"]  # fmt: skip
+        lines += ["| corpus | seed | picked: decided by | scored whole | candidate sentences: the stock model already "
+                  "right | names in the training rows | picked in a training row |"]  # fmt: skip
         lines += ["| --- | --- | --- | --- | --- | --- | --- |"]
         for corpus, seeds in results["picked"].items():
             for seed, p in seeds.items():
+                decided = "; ".join(f"{w}: {p.get('decided_by', {}).get(w, '?')}" for w in p["picked"]) or "none"
                 lines.append(
-                    f"| {corpus} | {seed} | {len(p['picked'])}: {', '.join(p['picked']) or 'none'} | "
+                    f"| {corpus} | {seed} | {len(p['picked'])}: {decided} | "
                     f"{', '.join(p['scored_whole']) or 'none'} | {p['stock_model_already_right']} of {p['candidate_sentences']} | "
                     f"{p['names_in_training_rows']} | "
                     f"{p['picked_in_training_rows']} |"

@@ -9,6 +9,7 @@ per-kind metrics, notebook 05) are found offline from capitalisation (:func:`fin
 
 from __future__ import annotations
 
+import codecs
 import math
 import re
 from collections import Counter
@@ -35,6 +36,9 @@ ACCEPTED = (
     "a .txt (one row per line), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
 )
 
+#: What a .txt is read in, and how to save one that is not (``text_encoding``).
+SAVE_AS_TEXT = "the course reads .txt in UTF-8, UTF-16 or Windows cp1252: save yours as plain text (.txt), UTF-8"
+_NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1f\x7f\ufffd]")  # control characters, or bytes that did not decode
 _SPLIT_RE = re.compile(r"^\s*(?P<name>[\w.-]+)\s*(?:\[(?P<start>[^:\]]*):(?P<stop>[^\]]*)\])?\s*$")
 
 
@@ -49,6 +53,7 @@ class CorpusReport:
         n_dropped: rows dropped because their text was empty, whitespace-only or missing (None).
         n_rows: rows kept.
         n_available: rows in the whole split before slicing (``n_loaded`` of them were kept by the slice).
+        encoding: the encoding a ``.txt`` was read in (:func:`text_encoding`), else ``""``.
     """
 
     source: str
@@ -57,6 +62,7 @@ class CorpusReport:
     n_dropped: int
     n_rows: int
     n_available: int = 0
+    encoding: str = ""
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
@@ -114,12 +120,36 @@ def slice_indices(split: str, n_rows: int) -> range:
     return selected
 
 
+def text_encoding(files: Sequence[str]) -> str:
+    """The encoding the ``.txt`` ``files`` are read in: ``"utf-16"`` after a UTF-16 byte-order mark (BOM), else
+    ``"utf-8-sig"`` (UTF-8; a BOM, as Windows editors write, is dropped) where the bytes decode as UTF-8, else
+    ``"cp1252"`` (Windows' "ANSI", Notepad's and Word's) where they decode to text without control characters.
+
+    Raises:
+        ValueError: a file in none of these (a binary file, UTF-16 without a BOM), or files of different
+            encodings; one line on what the course reads and how to save the file.
+    """
+    found = set()
+    for name in files:
+        raw = Path(name).read_bytes()
+        utf16 = ["utf-16"] if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) else []
+        readable = utf16 or [e for e in ("utf-8-sig", "cp1252") if not _NOT_TEXT.search(raw.decode(e, "replace"))]
+        if not readable:
+            raise ValueError(f"Cannot read {name!r} as text: {SAVE_AS_TEXT}")
+        found.add(readable[0])
+    if len(found) > 1:
+        raise ValueError(f"The .txt files {list(files)} are in different encodings ({sorted(found)}); {SAVE_AS_TEXT}")
+    return found.pop()
+
+
 def _local_files(path: Path) -> tuple[str, list[str]]:
     """The ``datasets`` builder and the files for a local file or folder."""
     if path.is_file():
         builder = BUILDERS.get(path.suffix.lower())
-        if builder is None:
-            raise ValueError(f"Cannot read {str(path)!r}: unsupported file type {path.suffix!r}. Pass {ACCEPTED}.")
+        if builder is None:  # a .docx or .pdf too: the course reads text
+            raise ValueError(
+                f"Cannot read {str(path)!r}: unsupported file type {path.suffix!r}. Pass {ACCEPTED}; {SAVE_AS_TEXT}"
+            )
         return builder, [str(path)]
     files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in BUILDERS)
     builders = {BUILDERS[p.suffix.lower()] for p in files}
@@ -132,8 +162,9 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(p) for p in files]
 
 
-def _load_split(source: str, split_name: str) -> Dataset:
-    """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus.
+def _load_split(source: str, split_name: str) -> tuple[Dataset, str]:
+    """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus, and the encoding its
+    ``.txt`` files were read in (:func:`text_encoding`; ``""`` for other data).
 
     A Hub id comes from the Hub, or, in offline mode or with the Hub out of reach, from the
     ``datasets`` cache (:func:`hub.require_hub` decides within seconds).
@@ -142,7 +173,7 @@ def _load_split(source: str, split_name: str) -> Dataset:
         raise ValueError(f"{source!r} is not a corpus of the package; it ships {sorted(PACKAGE_DATASETS)}")
     if source in PACKAGE_DATASETS:
         path = resources.files("hp_mlm") / "corpora" / PACKAGE_DATASETS[source]
-        return load_dataset("text", data_files={split_name: str(path)}, split=split_name)
+        return load_dataset("text", data_files={split_name: str(path)}, split=split_name), ""
     if is_local(source):
         path = Path(source).expanduser()
         if not path.exists():
@@ -152,8 +183,8 @@ def _load_split(source: str, split_name: str) -> Dataset:
             if isinstance(loaded, DatasetDict):
                 if split_name not in loaded:
                     raise ValueError(f"{source!r} has splits {list(loaded)}, not {split_name!r}")
-                return loaded[split_name]
-            return loaded
+                return loaded[split_name], ""
+            return loaded, ""
         if split_name != "train":  # data files hold one split, which datasets calls "train"
             raise ValueError(
                 f"{source!r} is a data file or folder, whose one split is 'train', not {split_name!r}; "
@@ -162,8 +193,10 @@ def _load_split(source: str, split_name: str) -> Dataset:
         builder, files = _local_files(path)
         if all(Path(f).stat().st_size == 0 for f in files):
             raise ValueError(f"{source!r} is empty: there is no text to train on. Pass {ACCEPTED}.")
+        options = {"encoding": text_encoding(files)} if builder == "text" else {}  # csv and json: UTF-8
         try:
-            return load_dataset(builder, data_files={split_name: files}, split=split_name)
+            encoding = options.get("encoding", "")
+            return load_dataset(builder, data_files={split_name: files}, split=split_name, **options), encoding
         except Exception as error:  # noqa: BLE001 - a malformed file, whatever the builder's error type
             raise ValueError(
                 f"Cannot read {source!r} as {builder} ({error_summary(error)}). Pass {ACCEPTED}."
@@ -171,7 +204,7 @@ def _load_split(source: str, split_name: str) -> Dataset:
     # Offline mode or a Hub out of reach: datasets' own cache only (as load_dataset does offline).
     cache_only = require_hub(source, "dataset", lambda: dataset_in_cache(source), datasets_cache_dir())
     try:
-        return dataset_from_cache(source, split_name) if cache_only else load_dataset(source, split=split_name)
+        return (dataset_from_cache(source, split_name) if cache_only else load_dataset(source, split=split_name)), ""
     except (ConnectionError, OSError) as error:
         raise (cache_error if cache_only else hub_error)(source, "dataset", error) from error
 
@@ -205,19 +238,20 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
     Args:
         source: a Hub dataset id (``andjela-r/mlm-harry-potter``), a local path (see ``ACCEPTED``),
             or a corpus shipped with the package (``profiles.PACKAGE_DATASETS``: the smoke corpus,
-            ``hp_mlm:products``). A ``.txt`` file is one row per line, in column ``text``.
+            ``hp_mlm:products``). A ``.txt`` file is one row per line, in column ``text``, read in UTF-8,
+            UTF-16 or Windows cp1252 (:func:`text_encoding`; ``report.encoding`` says which).
         split: split and optional slice: ``train``, ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
         text_column: the column holding the text.
     Returns:
         ``(rows, report)``.
     Raises:
         FileNotFoundError: a local path that does not exist.
-        ValueError: an unsupported file type, a missing text column (names the columns present),
+        ValueError: an unsupported file type (or a ``.txt`` in none of those encodings), a missing text column (names the columns present),
             a slice that selects nothing, or no usable (non-empty) rows.
         HubUnavailableError: a Hub id that cannot be fetched (names the id; says to pass a local path).
     """
     split_name, _, _ = parse_split(split)
-    full = _load_split(source, split_name)
+    full, encoding = _load_split(source, split_name)
     if text_column not in full.column_names and full.column_names == ["text"] and source.endswith(".txt"):
         text_column = "text"
     check_text_column(full, text_column)  # the column before the slice: the order a user fixes them in
@@ -231,7 +265,7 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
     extra = [c for c in rows.column_names if c != text_column]
     if extra:
         rows = rows.remove_columns(extra)
-    return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows), len(full))
+    return rows, CorpusReport(source, split, len(indices), n_dropped, len(rows), len(full), encoding)
 
 
 def train_validation_split(

@@ -22,7 +22,7 @@ from .evaluation import evaluate
 from .hub import is_local
 from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
-from .profiles import HEAD_KNOWS
+from .profiles import HEAD_KNOWS, own_text
 from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation, words_cut
 
 
@@ -116,7 +116,8 @@ class MissingPath(FileNotFoundError):
 
 def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
-    # max_length is checked against the model once both are known.
+    # max_length is checked against the model once both are known. Your own text is read whole.
+    settings = settings.replace(split_long_rows=settings.split_long_rows or own_text(settings.dataset))
     rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
     loaded = load_model(model or settings.model, seed=settings.seed, **model_options(settings))
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)

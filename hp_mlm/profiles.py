@@ -41,8 +41,17 @@ OFFLINE_MODEL = "hp_mlm:minilm-l6"
 RANDOM_HEAD_MODEL = "hp_mlm:minilm-l6-random-head"
 COURSE_DATASET = "hp_mlm:course-corpus"
 
+
 #: The course's own dataset on the Hub: the Harry Potter books, the ``full`` and ``quick`` profiles' data.
 BOOKS_DATASET = "andjela-r/mlm-harry-potter"
+
+
+def own_text(dataset: str) -> bool:
+    """True for a learner's own text: any dataset but the books and the package's corpora. Its rows longer than
+    ``max_length`` become extra rows cut at word starts (``prepare.prepare``): the whole text is read."""
+    return dataset != BOOKS_DATASET and dataset not in PACKAGE_DATASETS
+
+
 #: Example sentences by dataset, each with the word the corpus puts at each ``[MASK]`` (the last has two
 #: masks): the main job's report, notebooks 03-04, the model card and the widget show before beside after.
 #: A corpus's own names, chosen so that fine-tuning visibly changes the answer (measured offline in

@@ -1,3 +1,4 @@
+import codecs
 import json
 import time
 
@@ -179,3 +180,89 @@ def test_hub_endpoint_that_refuses_fails_fast(monkeypatch):
     with pytest.raises(HubUnavailableError, match="Cannot reach"):
         load_corpus("andjela-r/mlm-harry-potter")
     assert time.perf_counter() - started < 10
+
+
+# --- the files learners have: the encodings Windows editors save in --------------------------------------------------
+
+#: Text written for these tests, with letters outside ASCII that every one of the encodings below can hold.
+ACCENTED = ["Zoë rowed the ferry to the café.", "Hob said “good morning” to Renée — twice."]
+
+
+@pytest.mark.parametrize(
+    "encode, read_as",
+    [
+        (lambda t: t.encode("utf-8"), "utf-8-sig"),
+        (lambda t: codecs.BOM_UTF8 + t.encode("utf-8"), "utf-8-sig"),  # Notepad's "UTF-8 with BOM"
+        (lambda t: codecs.BOM_UTF16_LE + t.encode("utf-16-le"), "utf-16"),  # Notepad's and Word's "Unicode"
+        (lambda t: codecs.BOM_UTF16_BE + t.encode("utf-16-be"), "utf-16"),  # "Unicode big endian"
+        (lambda t: t.encode("cp1252"), "cp1252"),  # Notepad's and Word's "ANSI"
+    ],
+)
+def test_a_txt_saved_by_a_windows_editor_is_read_and_its_encoding_said(tmp_path, encode, read_as):
+    """A .txt in cp1252 or UTF-16 used to be refused as "Cannot read ... as text (DatasetGenerationError)";
+    it is read, its byte-order mark dropped, and the report names the encoding."""
+    path = tmp_path / "mine.txt"
+    path.write_bytes(encode("\n".join(ACCENTED) + "\n"))
+    rows, report = load_corpus(str(path))
+    assert rows["text"] == ACCENTED and report.encoding == read_as
+
+
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("notes.txt", "Zoë rowed home.\n".encode("utf-16-le")),  # UTF-16 without its byte-order mark
+        ("notes.txt", b"PK\x03\x04\x14\x00\x06\x00" + bytes(range(256))),  # a word processor's file, renamed
+        ("notes.docx", b"PK\x03\x04\x14\x00\x06\x00"),
+        ("notes.pdf", b"%PDF-1.7\n"),
+    ],
+)
+def test_a_file_that_is_not_text_gets_one_line_on_saving_it_as_utf8(tmp_path, name, content):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as error:
+        load_corpus(str(path))
+    line = str(error.value)
+    assert "\n" not in line and name in line and "UTF-8" in line and "plain text (.txt)" in line
+
+
+def test_the_log_says_which_encoding_a_txt_was_read_in(tmp_path, smoke_model, smoke_tokenizer):
+    from types import SimpleNamespace
+
+    from hp_mlm.ops.job import log_data
+
+    path = tmp_path / "mine.txt"
+    path.write_bytes("\n".join(ACCENTED).encode("cp1252"))
+    rows, report = load_corpus(str(path))
+    prep = SimpleNamespace(
+        report=report, train_rows=rows, validation_rows=rows, batches={"rows": 2, "tokens": 30, "padding_share": 0},
+        settings=SimpleNamespace(padding="batch", max_length=64), loaded=SimpleNamespace(head_newly_initialised=False),
+        truncated={"rows_cut": 0, "words_cut": 0},
+    )  # fmt: skip
+    lines: list[str] = []
+    log_data(prep, lines.append)
+    assert "text read as Windows cp1252" in lines
+
+
+# --- the whole text of your own: long rows become extra rows --------------------------------------------------------
+
+
+def test_your_own_texts_long_rows_are_kept_whole_and_the_shipped_corpus_keeps_truncation(tmp_path):
+    """A learner's own text used to lose a third of a novel to truncation at ``max_length``; its long rows now
+    become extra rows cut at word starts, nothing dropped, and the log says how many rows and tokens train. The
+    package's corpus keeps its documented truncation."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.ops.job import log_data
+    from hp_mlm.prepare import prepare
+
+    path = tmp_path / "my_book.txt"
+    long_rows = [" ".join(f"Hob Tanner rowed the ferry across the lake on day {n}." for n in range(k, k + 8)) for k in range(20)]  # fmt: skip
+    path.write_text("\n".join(long_rows) + "\n", encoding="utf-8")
+    own = prepare(get_settings("smoke", environ={}, dataset=str(path), max_length=32, progress=False))
+    assert own.settings.split_long_rows and own.truncated["rows_cut"] == own.truncated["tokens_dropped"] == 0
+    assert own.batches["rows"] > 2 * len(own.train_rows) and max(own.train_tokens["length"]) <= 32
+    lines: list[str] = []
+    log_data(own, lines.append)
+    assert any(f"{len(own.train_rows)} rows, the long ones cut at word starts: {own.batches['rows']} rows" in line for line in lines)  # fmt: skip
+    shipped = prepare(get_settings("smoke", environ={}, max_length=16, progress=False))
+    assert not shipped.settings.split_long_rows and shipped.truncated["rows_cut"] > 0
+    assert shipped.batches["rows"] == len(shipped.train_rows)

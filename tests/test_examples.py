@@ -170,3 +170,77 @@ def test_a_name_the_vocabulary_cannot_spell_is_never_picked(tiny_vocab_tokenizer
     ]
     picked = pick_examples(model, tiny_vocab_tokenizer, train, held_out, seed=0)
     assert all(tiny_vocab_tokenizer.unk_token not in answers for _, answers in picked.examples), picked.examples
+
+
+# --- sentences whose context decides the word ----------------------------------------------------------------------
+
+
+def test_a_sentence_is_never_cut_after_a_title_or_an_initial():
+    """The splitter used to cut after every full stop, so a picked sentence could end at "Mrs." and hide the
+    abbreviation's word (*His father and he had taken [MASK].*: the answer was *mrs*)."""
+    from hp_mlm.course.examples import sentences_of
+
+    text = "Mr. Tanner rowed home. Then Mrs. Ashdown met Dr. Nell and J. Cobbing at St. Mira's well! Was it late?"
+    assert sentences_of(text) == [
+        "Mr. Tanner rowed home.",
+        "Then Mrs. Ashdown met Dr. Nell and J. Cobbing at St. Mira's well!",
+        "Was it late?",
+    ]
+
+
+#: An invented village (the smoke corpus's people): *Tanner* always follows *Hob*, while *Mira*, the most frequent
+#: name, comes after *said* no more often than the others do: "said [MASK]" is any of four people.
+DECIDING_TRAIN = [
+    *(f"On day {n}, said Mira to the old miller at the {w} mill by the water." for n in range(12) for w in ("grey",)),
+    *(f"On day {n}, said {name} to the old miller at the mill." for n in range(5) for name in ("Nell", "Lila", "Hob")),
+    *(f"In week {n}, Hob Tanner rowed the ferry across the lake to the mill." for n in range(6)),
+    *(f"In month {n}, Lila Marrowby walked to the mill with Nell Cobbing." for n in range(6)),
+]
+DECIDING_HELD_OUT = [
+    "At dawn the miller said Mira was late for the ferry again.",
+    "Every autumn Hob Tanner painted the name of the old ferry again.",
+    "After the storm Lila Marrowby counted the boats on the lake.",
+]
+
+
+def test_the_picker_prefers_a_names_other_half_to_a_gap_any_name_fills(smoke_model, smoke_tokenizer):
+    """The old picker took the most frequent names' sentences, whatever decided the gap: *said [MASK]* (any
+    of four people, or *she*). It now keeps a gap only where its neighbour decides the name in the training rows
+    (*Hob [MASK]*: Tanner every time), records that neighbour, and says when fewer than three qualify."""
+    from hp_mlm.course.examples import pick_examples
+
+    picked = pick_examples(smoke_model, smoke_tokenizer, DECIDING_TRAIN, DECIDING_HELD_OUT, seed=0)
+    words = [answers[0] for _, answers in picked.examples]
+    assert "mira" not in words and "tanner" in words, picked.note
+    by_word = {d["word"]: d for d in picked.decided_by}
+    assert by_word["tanner"]["phrase"] == "hob [MASK]" and by_word["tanner"]["together"] == 6
+    assert by_word["marrowby"]["phrase"] == "lila [MASK]"
+    assert "fewer than three" not in picked.note and "tanner (hob [MASK]: 6 of 11)" in picked.note
+    fewer = pick_examples(smoke_model, smoke_tokenizer, DECIDING_TRAIN, DECIDING_HELD_OUT[:2], seed=0)
+    assert sorted(answers[0] for _, answers in fewer.examples) == ["hob", "tanner"]  # each half decides the other
+    assert "only 2" in fewer.note and "fewer than three" in fewer.note
+
+
+def test_the_picker_refuses_a_gap_where_the_stock_model_guesses_a_pronoun(smoke_model, smoke_tokenizer, monkeypatch):
+    """Where the stock model's first guesses hold a pronoun (*she* fits the gap), or a small word first, the
+    sentence does not decide the word, whatever the neighbour says: that gap is not picked."""
+    import hp_mlm.course.examples as course_examples
+
+    real = course_examples.fill_mask
+
+    def fits(guess):
+        def fill_mask(model, tokenizer, sentences, top_k=5, **kwargs):
+            found = real(model, tokenizer, sentences, top_k=top_k, **kwargs)
+            for sentence, masks in zip(sentences, found):
+                if sentence.startswith("Every autumn Hob [MASK]"):
+                    masks[0][-1] = {**masks[0][-1], "token": guess}  # among the guesses, not the first
+            return found
+
+        return fill_mask
+
+    monkeypatch.setattr(course_examples, "fill_mask", fits("she"))
+    picked = course_examples.pick_examples(smoke_model, smoke_tokenizer, DECIDING_TRAIN, DECIDING_HELD_OUT, seed=0)
+    assert "tanner" not in [answers[0] for _, answers in picked.examples], picked.note
+    monkeypatch.setattr(course_examples, "fill_mask", fits("lake"))  # a word that does not fit any gap: kept
+    picked = course_examples.pick_examples(smoke_model, smoke_tokenizer, DECIDING_TRAIN, DECIDING_HELD_OUT, seed=0)
+    assert "tanner" in [answers[0] for _, answers in picked.examples], picked.note

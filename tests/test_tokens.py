@@ -79,8 +79,10 @@ def test_long_rows_are_split_at_word_starts_and_keep_every_token(smoke_tokenizer
     assert rows["special_tokens_mask"][0] == [1] + [0] * (len(pieces[0]) - 2) + [1]
 
 
-def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path):
-    """Truncation is counted: ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped."""
+def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path, monkeypatch):
+    """Truncation is counted: ten short rows and one of 602 ids, max_length 128: 1 row cut, 474 tokens dropped.
+    (A shipped corpus is truncated; your own text is split whole: read here as a shipped one.)"""
+    monkeypatch.setattr("hp_mlm.prepare.own_text", lambda dataset: False)
     from hp_mlm.config import get_settings
     from hp_mlm.models import build_smoke_tokenizer
     from hp_mlm.ops.job import run_job
@@ -144,9 +146,11 @@ def test_a_word_longer_than_a_row_is_its_own_word_and_never_masked_as_the_cls_to
     assert own == 50 and cls < 50
 
 
-def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp_path):
+def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp_path, monkeypatch):
     """Ten rows "the xyzzyplughfrobnicate sang", rows of 8 tokens split at word starts: the made-up word
-    has 17 pieces, so each text opens 2 rows inside it (20 in all); nothing is truncated."""
+    has 17 pieces, so each text opens 2 rows inside it (20 in all); nothing is truncated. (Unsplit: as a
+    shipped corpus, which is truncated; your own text is always split.)"""
+    monkeypatch.setattr("hp_mlm.prepare.own_text", lambda dataset: False)
     from hp_mlm.config import get_settings
     from hp_mlm.ops.job import log_data
     from hp_mlm.prepare import prepare

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,8 +34,8 @@ PICKED_AT_MOST = 5
 SENTENCE_WORDS = (6, 25)
 #: Held-out sentences tried per word (a seeded draw): one pass of the stock model scores them all.
 SENTENCES_PER_WORD = 4
-#: Words tried at most, most frequent first.
-WORDS_TRIED = 20
+#: Names tried at most, most frequent first (only sentences whose neighbour decides the name reach the model).
+WORDS_TRIED = 60
 
 
 @dataclass
@@ -52,6 +53,8 @@ class Examples:
             (skipped: nothing to learn there).
         candidates, already_right: candidate sentences of one-piece names the stock model was asked about, and
             those where its first guess was already the name (how much of the corpus's names it knew).
+        decided_by: for picked examples, then for those scored whole: ``{"word", "phrase", "together",
+            "neighbour"}`` (:func:`decided_by`), the neighbour in the sentence that decides the word.
     """
 
     examples: tuple[tuple[str, tuple[str, ...]], ...]
@@ -61,11 +64,96 @@ class Examples:
     known: tuple[str, ...] = ()
     candidates: int = 0
     already_right: int = 0
+    decided_by: tuple[dict, ...] = ()
+
+
+#: Titles and other words written with a full stop that never ends a sentence ("Mr. Baker" is one sentence).
+ABBREVIATIONS = ("mr", "mrs", "ms", "dr", "st", "mt", "prof", "rev", "capt", "col", "gen", "lt", "sgt", "jr", "sr")
+#: Words that stand where a name stands in any book: one among the stock model's first guesses means the
+#: sentence does not decide the name (*disturb [MASK] seriously*: *them*).
+PRONOUNS = frozenset("i me my you your he him his she her it its we us our they them their one".split())
+#: Pronouns and the other small words of English that fit a gap whatever the book: the stock model's first
+#: guess may not be one (*in front of [MASK]*: *the*), unless it repeats the word beside the gap (*the the*).
+FUNCTION_WORDS = PRONOUNS | frozenset(
+    "mine myself yours yourself himself hers herself itself ours ourselves theirs themselves someone something "
+    "everyone everything nobody nothing a an the this that these those some any each every no all both either "
+    "neither such other another of in on at to for with by from about into onto over under through between after "
+    "before behind beside near off out up down upon around across toward towards along against among within "
+    "without and or but nor so yet if then than because while when where what who whom whose which how why as "
+    "is are was were be been being am have has had do does did will would shall should can could may might must "
+    "not there here also too very just now only again still".split()
+)
+#: A gap is decided when the masked word comes at least this share of the times its neighbour does, in the
+#: training rows ("tin [MASK]": woodman after nearly every "tin").
+DECIDES = 0.5
+#: The stock model's guesses looked at per gap: none of them may be a word of :data:`FUNCTION_WORDS`.
+STOCK_GUESSES = 3
+_ABBREVIATION = re.compile(rf"\b({'|'.join(ABBREVIATIONS)})\.", re.IGNORECASE)
+_WORD = re.compile(r"[^\W\d_]+|[^\w\s]")  # a word of letters, or one mark: marks part words, as a reader reads
 
 
 def sentences_of(text: str) -> list[str]:
-    """``text`` cut into sentences after ``.``, ``!`` or ``?`` (and a closing quote) followed by a space."""
-    return [s.strip() for s in re.split(r"(?<=[.!?])\s+|(?<=[.!?][\"'”’])\s+", text or "") if s.strip()]
+    """``text`` cut into sentences after ``.``, ``!`` or ``?`` (and a closing quote or bracket) followed by a
+    space, never after a title of :data:`ABBREVIATIONS` (``Mrs.``) or an initial (``J.``)."""
+    sentences, start = [], 0
+    for end in re.finditer(r"[.!?][\"'”’)]*\s+", text or ""):
+        before = re.search(r"[^\W\d_]+$", text[start : end.start()])
+        if end.group()[0] == "." and before and (before.group().lower() in ABBREVIATIONS or len(before.group()) == 1
+                                                 and before.group().isupper()):  # fmt: skip
+            continue
+        sentences.append(text[start : end.end()].strip())
+        start = end.end()
+    sentences.append((text or "")[start:].strip())
+    return [s for s in sentences if s]
+
+
+def a_word_of_any_book_fits(guesses: Sequence[str], masked: str) -> bool:
+    """True when the stock model's first guesses at ``masked``'s gap say a word of any book fits there: a pronoun
+    among them (:data:`PRONOUNS`), or a first guess of :data:`FUNCTION_WORDS` that is not the word beside the gap."""
+    before, _, after = masked.partition("[MASK]")
+    beside = set(words_of(before)[-1:] + words_of(after)[:1])
+    return bool(PRONOUNS & set(guesses)) or (guesses[0] in FUNCTION_WORDS and guesses[0] not in beside)
+
+
+def words_of(text: str) -> list[str]:
+    """``text``'s words, lower-cased, and its marks, one item each (``Mr.`` is the word ``mr``)."""
+    return [w.lower() for w in _WORD.findall(_ABBREVIATION.sub(r"\1", text))]
+
+
+def neighbours(train_texts: Sequence[str]) -> tuple[Counter, Counter]:
+    """How often each word occurs in the training rows, and each pair of words side by side (no mark between)."""
+    single, pairs = Counter(), Counter()
+    for text in train_texts:
+        words = words_of(text)
+        single.update(words)
+        pairs.update(zip(words, words[1:]))
+    return single, pairs
+
+
+def decided_by(masked: str, word: str, counts: tuple[Counter, Counter], min_count: int) -> dict | None:
+    """The neighbour that decides the gap of ``masked`` (a sentence with one ``[MASK]``) for ``word``, if one does.
+
+    The neighbours are the word right before the mask and the word right after it (no mark between). One
+    decides the gap when, in the training rows (``counts``: :func:`neighbours`), ``word`` follows the word
+    before (or precedes the word after) in at least :data:`DECIDES` of that neighbour's occurrences, and at least
+    ``min_count`` times: P(word | neighbour) >= 0.5, as *Harry* is followed by *Potter*.
+
+    Returns:
+        ``{"word", "phrase"`` (e.g. ``"tin [MASK]"``), ``"together"`` (times the pair occurs), ``"neighbour"``
+        (times the neighbour occurs)``}`` for the neighbour with the larger share; None when neither decides.
+    """
+    single, pairs = counts
+    before, _, after = masked.partition("[MASK]")
+    options = []  # (times together, times the neighbour occurs, the phrase)
+    if (left := words_of(before)[-1:]) and left[0].isalpha():
+        options.append((pairs[left[0], word], single[left[0]], f"{left[0]} [MASK]"))
+    if (right := words_of(after)[:1]) and right[0].isalpha():
+        options.append((pairs[word, right[0]], single[right[0]], f"[MASK] {right[0]}"))
+    decided = [o for o in options if o[0] >= min_count and o[0] >= DECIDES * o[1]]
+    if not decided:
+        return None
+    together, neighbour, phrase = max(decided, key=lambda o: o[0] / o[1])
+    return {"word": word, "phrase": phrase, "together": together, "neighbour": neighbour}
 
 
 def pick_examples(
@@ -77,24 +165,34 @@ def pick_examples(
     at_most: int = PICKED_AT_MOST,
     min_count: int = 3,
 ) -> Examples:
-    """Pick example sentences from the held-out rows, each hiding a name of the corpus the stock model gets wrong.
+    """Pick example sentences from the held-out rows, each hiding a name of the corpus that the sentence itself
+    decides, as *Harry [MASK]* decides *Potter*, and that the stock model gets wrong.
 
-    The method, in four steps:
+    A reader of the book could fill each gap: the other half of a name (*Tin [MASK]*), a title and its holder
+    (*Aunt [MASK]*), a fixed phrase of the book. The method, in five steps:
 
     1. **Count** the names in the training rows (``data.find_entities``: words capitalised inside
        sentences at least ``min_count`` times, most frequent first): the corpus's people, places and
-       things, the words fine-tuning on it teaches.
-    2. **Cut** the held-out rows into sentences of 6 to 25 words; drop any sentence that a training row
-       holds (so no picked sentence was trained on). For each of the ``WORDS_TRIED`` most frequent names,
-       take the sentences that hold it exactly once and draw up to ``SENTENCES_PER_WORD`` of them
-       (``random.Random(seed)``: the same seed picks the same sentences); hide the name with ``[MASK]``.
-       A name the vocabulary spells with its unknown token is left out.
-    3. **Ask the stock model once** (the model before fine-tuning, ``inference.fill_mask``, top-1) at every
-       candidate of a one-piece name, and keep only those where its first guess is not the name: a word
-       it already knows would show nothing being learned.
-    4. **Spread**: one sentence per name, most frequent names first, ``at_most`` of them. A name of
-       several word pieces cannot be one token's guess, so the token view leaves them out; the most
-       frequent one that the stock model misses as a whole word (``studies.probes.score_probes``: a
+       things, the words fine-tuning on it teaches. Count too every word and every pair of words side by side
+       there (:func:`neighbours`).
+    2. **Cut** the held-out rows into sentences of 6 to 25 words (:func:`sentences_of`, never after *Mrs.* or
+       another title); drop any sentence that a training row holds (so no picked sentence was trained on). For
+       each of the ``WORDS_TRIED`` most frequent names, hide it with ``[MASK]`` in the sentences that hold it
+       once, and keep those whose neighbour decides it (:func:`decided_by`: in the training rows the name
+       follows the word before the gap, or precedes the word after it, in at least half of that word's
+       occurrences, ``min_count`` times or more). Draw up to ``SENTENCES_PER_WORD`` of them
+       (``random.Random(seed)``: the same seed picks the same sentences). A name the vocabulary spells with its
+       unknown token is left out.
+    3. **Ask the stock model once** (the model before fine-tuning, ``inference.fill_mask``, its
+       ``STOCK_GUESSES`` first guesses) at every candidate of a one-piece name, and keep only those where its
+       first guess is not the name (a word it already knows would show nothing being learned) and no word of
+       any book fits the gap (:func:`a_word_of_any_book_fits`: a pronoun among its guesses, *she*; or a small
+       word first, *the*): then the sentence does not decide the name.
+    4. **Spread**: one sentence per name, the names whose deciding pair occurs most often in the training rows
+       first (the model sees that pair most), ``at_most`` of them. Fewer than three: the note says so and
+       the run shows what there is.
+    5. A name of several word pieces cannot be one token's guess, so the token view leaves them out; the
+       first candidate of one that the stock model misses as a whole word (``studies.probes.score_probes``: a
        beam over whole words) is kept as one probe, scored whole in the report.
 
     Args:
@@ -102,9 +200,10 @@ def pick_examples(
         train_texts, held_out_texts: the text of the training rows and of the held-out rows.
         seed: the run's seed.
     Returns:
-        :class:`Examples` with ``source`` :data:`PICKED`; ``examples`` empty (and ``note`` saying so) when
-        no held-out sentence hides a name that the stock model gets wrong.
+        :class:`Examples` with ``source`` :data:`PICKED` and ``decided_by`` (the neighbour of each pick);
+        ``examples`` empty (and ``note`` saying so) when no held-out sentence qualifies.
     """
+    counts = neighbours(train_texts)
     names = find_entities(train_texts, min_count)[:WORDS_TRIED]
     trained = "\n".join(train_texts)
     sentences = [
@@ -113,52 +212,81 @@ def pick_examples(
         for s in sentences_of(text)
         if SENTENCE_WORDS[0] <= len(s.split()) <= SENTENCE_WORDS[1] and s not in trained
     ]
-    one_piece, several = [], []  # (name, masked sentence, the answer as the tokenizer sees it)
+    one_piece, several = [], []  # (name, masked sentence, the answer as the tokenizer sees it, its neighbour)
     for name in names:
         word = re.compile(rf"\b{re.escape(name)}\b", re.IGNORECASE)
-        holding = [s for s in sentences if len(word.findall(s)) == 1]
-        for sentence in random.Random(f"{seed}-{name}").sample(holding, min(SENTENCES_PER_WORD, len(holding))):
-            found = word.search(sentence)
-            pieces = tokenizer.tokenize(found.group())
+        decided = []  # (the name as written, masked sentence, its neighbour)
+        for sentence in sentences:
+            if len(word.findall(sentence)) == 1:
+                found = word.search(sentence)
+                masked = sentence[: found.start()] + "[MASK]" + sentence[found.end() :]
+                if neighbour := decided_by(masked, name, counts, min_count):
+                    decided.append((found.group(), masked, neighbour))
+        for written, masked, neighbour in random.Random(f"{seed}-{name}").sample(
+            decided, min(SENTENCES_PER_WORD, len(decided))
+        ):
+            pieces = tokenizer.tokenize(written)
             if tokenizer.unk_token in pieces:  # a word the vocabulary cannot spell: no guess can be it
                 break
-            masked = sentence[: found.start()] + "[MASK]" + sentence[found.end() :]
-            answer = pieces[0] if len(pieces) == 1 else normalise_answer(found.group(), tokenizer)
-            (one_piece if len(pieces) == 1 else several).append((name, masked, answer))
-    picked: dict[str, tuple[str, tuple[str, ...]]] = {}
-    missed, wrong = set(), set()
-    if one_piece:
-        guesses = fill_mask(model, tokenizer, [masked for _, masked, _ in one_piece], top_k=1)
-        for (name, masked, answer), guess in zip(one_piece, guesses):
-            if guess[0][0]["token"] != answer:
-                missed.add(name)
-                wrong.add((name, masked))
-                if name not in picked and len(picked) < at_most:
-                    picked[name] = (masked, (answer,))
-    known = tuple(dict.fromkeys(name for name, _, _ in one_piece if name not in missed))
-    whole = first_missed_whole(model, tokenizer, several)
-    words = ", ".join(answers[0] for _, answers in picked.values())
-    note = (
-        f"examples: {len(picked)} picked from your held-out rows ({words}), names the stock model gets wrong"
-        if picked
-        else "examples: none picked: no held-out sentence hides a name of the training rows (a word written "
-        f"with a capital inside sentences, {min_count} times or more) that the stock model gets wrong; the run goes "
-        "on without examples (pass `examples` to give your own)"
-    ) + "".join(f"; {w['answer']}: several word pieces, scored whole in the report" for w in whole)
-    right = len(one_piece) - sum(1 for name, masked, answer in one_piece if (name, masked) in wrong)
-    return Examples(tuple(picked.values()), PICKED, whole, note, known, len(one_piece), right)
+            answer = pieces[0] if len(pieces) == 1 else normalise_answer(written, tokenizer)
+            (one_piece if len(pieces) == 1 else several).append((name, masked, answer, neighbour))
+    guesses = fill_mask(model, tokenizer, [c[1] for c in one_piece], top_k=STOCK_GUESSES) if one_piece else []
+    missed, kept, right = set(), [], 0
+    for (name, masked, answer, neighbour), guess in zip(one_piece, guesses):
+        tokens = [g["token"] for g in guess[0]]
+        right += tokens[0] == answer
+        if tokens[0] != answer:
+            missed.add(name)
+            if not a_word_of_any_book_fits(tokens, masked):  # else she or the fits: the sentence does not decide
+                kept.append((name, masked, answer, neighbour))
+    picked: dict[str, tuple[str, tuple[str, ...], dict]] = {}
+    for name, masked, answer, neighbour in sorted(kept, key=lambda c: -c[3]["together"]):  # stable: seeded order
+        if name not in picked and len(picked) < at_most:
+            picked[name] = (masked, (answer,), neighbour)
+    known = tuple(dict.fromkeys(name for name, *_ in one_piece if name not in missed))
+    whole, whole_by = first_missed_whole(model, tokenizer, several)
+    return Examples(
+        tuple((masked, answers) for masked, answers, _ in picked.values()),
+        PICKED,
+        whole,
+        picked_note([n for *_, n in picked.values()], whole, min_count),
+        known,
+        len(one_piece),
+        right,
+        tuple(n for *_, n in picked.values()) + whole_by,
+    )
+
+
+def picked_note(decided: Sequence[dict], whole: Sequence[dict[str, str]], min_count: int) -> str:
+    """One line for the log: the words picked and the phrase that decides each, fewer than three said so, or
+    why none was picked."""
+    words = ", ".join(f"{d['word']} ({d['phrase']}: {d['together']} of {d['neighbour']})" for d in decided)
+    if len(decided) >= 3:
+        note = f"examples: {len(decided)} picked from your held-out rows, each decided by its neighbour: {words}"
+    elif decided:
+        note = (f"examples: only {len(decided)} held-out sentence(s) hide a name that its neighbour decides and the "
+                f"stock model gets wrong (fewer than three), shown: {words}")  # fmt: skip
+    else:
+        note = (
+            "examples: none picked: no held-out sentence hides a name of the training rows (a word written with a "
+            f"capital inside sentences, {min_count} times or more) that its neighbour decides (the name follows or "
+            "precedes it in at least half of its occurrences there) and the stock model gets wrong; the run goes "
+            "on without examples (pass `examples` to give your own)"
+        )
+    return note + "".join(f"; {w['answer']}: several word pieces, scored whole in the report" for w in whole)
 
 
 def first_missed_whole(
-    model: nn.Module, tokenizer: PreTrainedTokenizerBase, candidates: Sequence[tuple[str, str, str]]
-) -> list[dict[str, str]]:
-    """The first candidate ``(name, masked sentence, answer)`` of a name of several pieces whose whole word
-    the stock model does not guess first (``studies.probes.score_probes``), as a one-probe list; [] if none."""
-    for _, masked, answer in candidates:
+    model: nn.Module, tokenizer: PreTrainedTokenizerBase, candidates: Sequence[tuple[str, str, str, dict]]
+) -> tuple[list[dict[str, str]], tuple[dict, ...]]:
+    """The first candidate ``(name, masked sentence, answer, its neighbour)`` of a name of several pieces whose
+    whole word the stock model does not guess first (``studies.probes.score_probes``), as a one-probe list, and
+    its neighbour; ``([], ())`` if none."""
+    for _, masked, answer, neighbour in candidates:
         probe = {"text": masked, "answer": answer}
         if not score_probes(model, tokenizer, [probe], top_k=1)["rows"][0]["hit_top1"]:
-            return [probe]
-    return []
+            return [probe], ({**neighbour, "word": answer},)
+    return [], ()
 
 
 def read_examples(path: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> Examples:

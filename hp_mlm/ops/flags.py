@@ -42,7 +42,7 @@ SETTING_HELP = {
     "whole_word: all pieces of a word together; entity: whole words, corpus names more often",
     "padding": "batch: each batch to its longest row; pack: training rows joined and cut into blocks of max_length "
     "at word starts (no padding, no token dropped); dataset: every row to the dataset's longest (the original's)",
-    "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost)",
+    "split_long_rows": "cut rows longer than max_length into several rows instead of truncating them (no text lost; always for your own text)",
     "entity_min_count": "masking=entity: a capitalised word is an entity when it occurs at least this many times",
     "gradient_accumulation_steps": "batches per optimiser step (effective batch = batch size x this x processes)",
     "early_stopping_patience": "stop after this many epochs without a lower validation loss, keep the best (0: off)",

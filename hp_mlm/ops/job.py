@@ -221,6 +221,10 @@ def train_further(out: Path) -> str:
     )
 
 
+#: How the log names the encodings ``data.text_encoding`` reads a .txt in.
+TEXT_ENCODINGS = {"utf-8-sig": "UTF-8", "utf-16": "UTF-16 (its byte-order mark dropped)", "cp1252": "Windows cp1252"}
+
+
 def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
     """Say what was loaded: the slice, the rows kept and held out, a new head, what truncation dropped and
     the rows that open inside a word longer than a row."""
@@ -230,9 +234,13 @@ def log_data(prep: Prepared, log: Callable[[str], None]) -> None:
         f"rows: {prep.report.n_loaded} loaded, {prep.report.n_dropped} empty dropped, "
         f"{len(prep.train_rows)} train / {len(prep.validation_rows)} validation"
     )
+    if prep.report.encoding:  # a .txt: UTF-8, UTF-16 or Windows cp1252 (data.text_encoding)
+        log(f"text read as {TEXT_ENCODINGS[prep.report.encoding]}")
     b, rows = prep.batches, f"{prep.batches['rows']} rows"
     if prep.settings.padding == "pack":
         rows = f"{len(prep.train_rows)} rows packed into {b['rows']} blocks (cut at word starts)"
+    elif b["rows"] > len(prep.train_rows):  # split_long_rows: always for your own text (profiles.own_text)
+        rows = f"{len(prep.train_rows)} rows, the long ones cut at word starts: {b['rows']} rows (the whole text)"
     log(
         f"training data: {rows}, {b['tokens']:,} tokens; padding "
         f"{b['padding_share']:.1%} of the first epoch's batch positions ({prep.settings.padding} padding)"
@@ -453,6 +461,7 @@ def collect_metrics(
             for (text, answers), b, a in zip(shown.examples if shown else (), before["examples"], after["examples"])
         ],
         "examples_source": shown.source if shown else None,
+        "examples_decided_by": list(shown.decided_by) if shown else [],  # picked: the neighbour deciding each word
         "data": {
             **prep.report.__dict__,
             "n_train": len(prep.train_rows),

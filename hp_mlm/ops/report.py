@@ -41,6 +41,7 @@ def format_report(metrics: dict[str, Any]) -> str:
             lines.append(f"{label:<28}{bk['top1']:>10.1%}{ak['top1']:>10.1%}  of {ak['n_positions']}")
     o = metrics["original_tutorial_accuracy"]
     lines.append(f"{'original accuracy (train)':<28}{o['before']['accuracy']:>10.1%}{o['after']['accuracy']:>10.1%}")
+    lines += _trained_lines(metrics.get("data") or {})
     lines += words
     p = metrics["probes"]
     given = len(p["after"]["rows"]) - p.get("from_examples", 0)  # the last rows: examples of several pieces
@@ -62,6 +63,16 @@ def format_report(metrics: dict[str, Any]) -> str:
         lines.append(f"[{mark}] {row['text']}  ->  {row['top1']} (answer: {row['answer']}{pieces})")
     lines += _time_lines(metrics.get("seconds", {}))
     return "\n".join(lines)
+
+
+def _trained_lines(data: dict[str, Any]) -> list[str]:
+    """What trained: rows and tokens (``metrics["data"]["train_batches"]``), and the rows that long rows of your
+    own text were cut into at word starts (``prepare.prepare``); [] for metrics without them."""
+    batches = data.get("train_batches") or {}
+    if not batches.get("rows"):
+        return []
+    cut = f", from {data['n_train']} rows cut at word starts" if batches["rows"] > data.get("n_train", 0) else ""
+    return [f"trained on {batches['rows']} rows, {batches['tokens']:,} tokens{cut}"]
 
 
 def _scored_whole_lines(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:

@@ -26,6 +26,7 @@ ENTRIES: dict[str, tuple[str, ...]] = {
     "the-data-cannot-be-read": (
         "data._local_files",
         "data._load_split",
+        "data.text_encoding",
         "data.check_text_column",
         "data.load_corpus",
         "prepare.check_inputs",
