@@ -475,6 +475,8 @@ def test_own_data_without_examples_or_probes_reports_held_out_and_no_other_corpu
     card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
     assert metrics["examples"] == [] and metrics["examples_source"] == "picked from your held-out rows"
     assert "top-1 accuracy" in report and "probes: none given" in report
+    trained = metrics["data"]["train_batches"]
+    assert f"trained on {trained['rows']} rows, {trained['tokens']:,} tokens" in report  # the rows and tokens trained
     assert "examples (picked from your held-out rows): none" in report
     assert any("none picked" in line for line in log)
     for sentence in shipped_sentences():
