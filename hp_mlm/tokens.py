@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
-from transformers import PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedTokenizerBase
 from transformers.trainer_pt_utils import get_length_grouped_indices
 
 from .common import generator
@@ -123,15 +123,11 @@ def tokenize_rows(
             max_length=max_length,
             return_special_tokens_mask=True,
             return_token_type_ids=False,
-            return_offsets_mapping=wanted is not None,
         )
         out = {k: enc[k] for k in MODEL_COLUMNS}
         out["length"] = [len(ids) for ids in enc["input_ids"]]
         if wanted is not None:
-            out["entity_mask"] = [
-                entity_piece_mask(text, enc.word_ids(i), enc["offset_mapping"][i], wanted)
-                for i, text in enumerate(batch[text_column])
-            ]
+            out["entity_mask"] = [entity_piece_mask(text, enc, i, wanted) for i, text in enumerate(batch[text_column])]
         return out
 
     return rows.map(encode, batched=True, remove_columns=rows.column_names, desc="Tokenising")
@@ -142,12 +138,12 @@ def _split_at_words(texts: list[str], tokenizer, max_length: int, wanted: set | 
     the start of a word (as the fast tokenizer's ``word_ids`` say); a single word longer than a row
     is cut where it must be."""
     # verbose=False: no "longer than the maximum sequence length" warning for rows this function cuts itself
-    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=wanted is not None, verbose=False)
+    enc = tokenizer(texts, add_special_tokens=False, verbose=False)
     room = max_length - 2  # [CLS] and [SEP], as the tokenizer names them
     out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
     for i, text in enumerate(texts):
         ids, words = enc["input_ids"][i], enc.word_ids(i)
-        entity = entity_piece_mask(text, words, enc["offset_mapping"][i], wanted) if wanted else None
+        entity = entity_piece_mask(text, enc, i, wanted) if wanted else None
         append_cut_rows(out, tokenizer, ids, words, room, entity)
     return out
 
@@ -206,18 +202,14 @@ def words_cut(rows: Dataset, tokenizer: PreTrainedTokenizerBase) -> int:
     return sum(len(ids) > 2 and bool(table[ids[1]]) for ids in rows["input_ids"])
 
 
-def entity_piece_mask(
-    text: str, word_ids: list[int | None], offsets: list[tuple[int, int]], entities: frozenset
-) -> list[int]:
-    """1 for each token whose whole word (as the tokenizer split it) is in ``entities``, else 0:
-    one int per token of ``word_ids``/``offsets`` (character spans in ``text``)."""
-    spans: dict[int, list[int]] = {}
-    for (start, end), word in zip(offsets, word_ids):
-        if word is not None:
-            span = spans.setdefault(word, [start, end])
-            span[1] = end
-    hits = {w for w, (a, b) in spans.items() if text[a:b].lower() in entities}
-    return [1 if w is not None and w in hits else 0 for w in word_ids]
+def entity_piece_mask(text: str, encoding: BatchEncoding, row: int, entities: Collection[str]) -> list[int]:
+    """1 for each token of row ``row`` of ``encoding`` (a fast tokenizer's, of ``text``) whose whole word (as
+    the tokenizer split it; its characters in ``text``: ``encoding.word_to_chars``) is in ``entities``, else 0:
+    one int per token."""
+    words = encoding.word_ids(row)
+    spans = {w: encoding.word_to_chars(row, w) for w in set(words) - {None}}
+    hits = {w for w, (start, end) in spans.items() if text[start:end].lower() in entities}
+    return [int(w in hits) for w in words]
 
 
 def pad_batch(
@@ -242,14 +234,11 @@ def pad_batch(
         batch = tokenizer.pad(plain, padding="max_length", max_length=pad_to_length, return_tensors="pt")
     else:
         batch = tokenizer.pad(plain, padding="longest", pad_to_multiple_of=pad_to_multiple_of, return_tensors="pt")
-    batch = {k: v for k, v in batch.items()}
+    batch = dict(batch)
     width = batch["input_ids"].shape[1]
     for key, fill in EXTRA_PADDING.items():
         if key in features[0]:
-            column = torch.full((len(features), width), fill, dtype=torch.long)
-            for i, f in enumerate(features):
-                column[i, : len(f[key])] = torch.as_tensor(f[key], dtype=torch.long)
-            batch[key] = column
+            batch[key] = torch.tensor([[*f[key], *[fill] * (width - len(f[key]))] for f in features], dtype=torch.long)
     return batch
 
 
@@ -294,12 +283,8 @@ def plan_batches(
 
 def padding_share(batches: Sequence[Sequence[int]], lengths: Sequence[int], pad_to_length: int | None = None) -> float:
     """Fraction in [0, 1] of batch positions that are padding, for a batch plan over rows of ``lengths``."""
-    real = padded = 0
-    for batch in batches:
-        row_lengths = [lengths[i] for i in batch]
-        width = pad_to_length or max(row_lengths)
-        real += sum(row_lengths)
-        padded += width * len(row_lengths)
+    real = sum(lengths[i] for batch in batches for i in batch)
+    padded = sum((pad_to_length or max(lengths[i] for i in batch)) * len(batch) for batch in batches)
     return 0.0 if padded == 0 else 1.0 - real / padded
 
 
@@ -424,7 +409,7 @@ def pack_rows(
     texts = list(rows[text_column])
     # texts or [""]: the tokenizer refuses an empty batch (no rows: no ids, refused below); verbose=False: no
     # "longer than the maximum sequence length" warning for rows cut below, never sent whole to the model
-    enc = tokenizer(texts or [""], add_special_tokens=False, return_offsets_mapping=wanted is not None, verbose=False)
+    enc = tokenizer(texts or [""], add_special_tokens=False, verbose=False)
     ids: list[int] = []
     words: list[int | None] = []
     marks: list[int] = []
@@ -435,7 +420,7 @@ def pack_rows(
         words.extend(None if w is None else first + w for w in row_words)
         first += 1 + max((w for w in row_words if w is not None), default=-1)
         if wanted is not None:
-            marks.extend(entity_piece_mask(text, row_words, enc["offset_mapping"][i], wanted))
+            marks.extend(entity_piece_mask(text, enc, i, wanted))
     if not ids:
         raise ValueError(f"the {len(texts)} training rows hold no token to pack; check the text column")
     out: dict[str, list] = {k: [] for k in (*MODEL_COLUMNS, "length", *(("entity_mask",) if wanted else ()))}
