@@ -180,7 +180,7 @@ def markdown(results: dict) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for corpus, runs in results["runs"].items():
-        for seed, r in runs.items():
+        for seed, r in sorted(runs.items(), key=lambda run: int(run[0])):
             decided = r.get("decided_by", {})
             picked = "; ".join(f"{w}: {decided.get(w, '?')}" for w in r["picked"]) or "none"
             steps = ", ".join(f"{w} {'-' if s is None else s}" for w, s in r["first_step"].items()) or "none"
@@ -200,7 +200,7 @@ def markdown(results: dict) -> str:
                   "right | names in the training rows | picked in a training row |"]  # fmt: skip
         lines += ["| --- | --- | --- | --- | --- | --- | --- |"]
         for corpus, seeds in results["picked"].items():
-            for seed, p in seeds.items():
+            for seed, p in sorted(seeds.items(), key=lambda run: int(run[0])):
                 decided = "; ".join(f"{w}: {p.get('decided_by', {}).get(w, '?')}" for w in p["picked"]) or "none"
                 lines.append(
                     f"| {corpus} | {seed} | {len(p['picked'])}: {decided} | "
@@ -215,8 +215,14 @@ def markdown(results: dict) -> str:
         n = len(runs)
         picked = sum(len(r["picked"]) for r in runs.values()) / n
         came = sum(r["came_first"] for r in runs.values()) / n
-        least = min(r["came_first"] for r in runs.values())
-        lines.append(f"- {corpus}: {picked:.1f} picked, {came:.1f} came first (at least {least} in every seed)")
+        least = min(r["came_first"] / max(len(r["picked"]), 1) for r in runs.values())
+        clocks = [r["train_clock"] for r in runs.values() if r.get("train_clock")]
+        walls = [r["seconds"] for r in runs.values() if r.get("seconds")]
+        lines.append(
+            f"- {corpus}: {picked:.1f} picked, {came:.1f} came first (at least {least:.0%} of the picked in every seed); "
+            f"training clock {min(clocks, default=0):.0f}-{max(clocks, default=0):.0f} s, whole command "
+            f"{min(walls, default=0):.0f}-{max(walls, default=0):.0f} s a run"
+        )
     return "\n".join(lines) + "\n"
 
 

@@ -27,6 +27,7 @@ from .profiles import (
     PROFILES,
     RECIPES,
     SCHEDULES,
+    own_text,
 )
 
 PROFILE_ENV = "HP_MLM_PROFILE"
@@ -280,6 +281,8 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
         data, own = values.get("dataset", Settings.dataset), PROFILE_OVERRIDES.get(name, {}).get("dataset")
         suffix = "" if data == (own or Settings.dataset) else f"-{data_name(data)}"
         values["output_dir"] = course_path(values.get("output_dir", Settings.output_dir) + suffix)
+    if own_text(values.get("dataset", Settings.dataset)):  # your text trains whole (as prepare.prepare makes it)
+        values.setdefault("split_long_rows", True)
     values["profile"] = name
     return Settings(**values)
 

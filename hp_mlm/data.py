@@ -269,15 +269,17 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
 
 
 def train_validation_split(
-    rows: Dataset, validation_fraction: float, seed: int, max_validation_rows: int = 0
+    rows: Dataset, validation_fraction: float, seed: int, max_validation_rows: int = 0, text_column: str = "text"
 ) -> tuple[Dataset, Dataset]:
     """Hold out ``validation_fraction`` of the rows, chosen at random with ``seed``.
 
-    The held-out rows never reach training. Rows keep their corpus order within each part.
+    The held-out rows never reach training, nor does their text: a row a book repeats (*"Come in," said Oz.*)
+    drawn into both parts stays in training only. Rows keep their corpus order within each part.
 
     Args:
         validation_fraction: fraction in [0, 1); a positive fraction holds out at least 1 row.
         max_validation_rows: cap on held-out rows (0 = no cap); rows over the cap go to training.
+        text_column: the column whose text a held-out row must not share with a training row.
     Returns:
         ``(train_rows, validation_rows)``; ``validation_rows`` is empty when the fraction is 0.
     Raises:
@@ -295,7 +297,9 @@ def train_validation_split(
     val_idx = sorted(order[:n_val])
     held = set(val_idx)
     train_idx = [i for i in range(n) if i not in held]
-    return rows.select(train_idx), rows.select(val_idx)
+    texts = rows[text_column]
+    trained = {texts[i] for i in train_idx}
+    return rows.select(train_idx), rows.select([i for i in val_idx if texts[i] not in trained])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
     train_rows, validation_rows = train_validation_split(
-        rows, settings.validation_fraction, settings.seed, settings.max_validation_rows
+        rows, settings.validation_fraction, settings.seed, settings.max_validation_rows, settings.text_column
     )
     if len(validation_rows) == 0:
         raise ValueError("validation_fraction is 0, so there is nothing to evaluate on; use e.g. 0.1")

@@ -157,6 +157,25 @@ def test_a_later_card_adds_to_what_an_earlier_one_recorded(tmp_path, smoke_model
         write_model_card(tmp_path / "nothing", settings)
 
 
+def test_notebook_03s_card_says_where_the_watched_examples_came_from(tmp_path, smoke_model, smoke_tokenizer):
+    """Notebook 03 writes the card from the history alone: examples picked from your held-out rows are
+    said so there (the watch keeps their source), not called the corpus's own."""
+    from huggingface_hub import ModelCard
+
+    from hp_mlm.course.examples import PICKED
+
+    folder = save_model(smoke_model, smoke_tokenizer, tmp_path / "model")
+    watch = {"every": 10, "frames": [{"step": 0}], "first_right": [{"mask": "Tin [MASK]", "answer": "woodman",
+                                                                     "step": 20, "seconds": 3.0}]}  # fmt: skip
+    history = {"epochs": [{"seconds": 30.0, "validation": {"top1": 0.25, "perplexity": 20.0}}], "watch": watch}
+    write_model_card(
+        folder, get_settings("smoke", environ={}), history={**history, "watch": {**watch, "source": PICKED}}
+    )
+    assert f"example sentences ({PICKED})" in ModelCard.load(folder / "README.md").text
+    write_model_card(folder, get_settings("smoke", environ={}), history=history)  # a watch of the corpus's own
+    assert "example sentences (shipped with the corpus)" in ModelCard.load(folder / "README.md").text
+
+
 def test_the_commit_is_this_checkouts_head():
     if not (ROOT / ".git").exists():
         pytest.skip("not a git checkout")

@@ -185,6 +185,43 @@ def test_the_install_cell_says_when_it_changed_a_package_colab_ships(installed, 
         assert "Restart session" in out and "torch" not in out
 
 
+def test_the_install_cell_sends_your_text_and_keeps_each_runs_folder_on_drive(tmp_path, monkeypatch):
+    """The first code cell with ``MY_TEXT`` and ``KEEP_OUTPUTS_ON_DRIVE`` set, run as in Colab (a stand-in pip
+    and Drive): the settings read the learner's file, and ``outputs/`` becomes a link to the Drive folder, so
+    the run's folder there names its data (a Drive folder per profile would mix two texts' runs)."""
+    import importlib.metadata
+    import os
+    import subprocess
+    import sys
+    import types
+
+    from hp_mlm.config import get_settings
+
+    colab, drive = types.ModuleType("google.colab"), types.ModuleType("google.colab.drive")
+    drive.mount, colab.drive = lambda folder: None, drive
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setitem(sys.modules, "google.colab.drive", drive)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.0")
+    monkeypatch.setattr(subprocess, "run", lambda *args, **kwargs: None)
+    linked = []
+    monkeypatch.setattr(os, "makedirs", lambda *args, **kwargs: None)
+    monkeypatch.setattr(os, "symlink", lambda target, link: linked.append((target, link)))
+    monkeypatch.setattr(os.path, "lexists", lambda path: False)
+    for name in ("HP_MLM_DATASET", "HP_MLM_SPLIT", "HP_MLM_PROFILE", "HP_MLM_OUTPUT_DIR"):
+        monkeypatch.setenv(name, "")  # so that monkeypatch removes what the cell sets, after the test
+        monkeypatch.delenv(name)
+    cell = python_only(source(code_cells(load(EXPECTED[3]))[0]))
+    for setting, value in (("MY_TEXT", '"/content/My Book.txt"'), ("KEEP_OUTPUTS_ON_DRIVE", "True")):
+        assert f"\n{setting} = " in cell, f"the install cell no longer has {setting}"
+        cell = re.sub(rf"^{setting} = [^#\n]*", f"{setting} = {value}  ", cell, count=1, flags=re.M)
+    monkeypatch.chdir(tmp_path)  # Colab's /content: no repository above
+    exec(cell, {})
+    assert os.environ["HP_MLM_DATASET"] == "/content/My Book.txt" and os.environ["HP_MLM_SPLIT"] == "train"
+    assert linked == [("/content/drive/MyDrive/hp-mlm/outputs", "/content/outputs")]
+    assert "HP_MLM_OUTPUT_DIR" not in os.environ
+    assert get_settings("quick").output_dir == "outputs/quick-My-Book"  # under the link: on Drive
+
+
 @pytest.mark.parametrize("name", EXPECTED)
 def test_google_colab_is_imported_only_inside_the_guard(name):
     for number, cell in enumerate(code_cells(load(name))):

@@ -45,6 +45,14 @@ def test_the_default_output_folder_names_the_data_when_it_is_not_the_profiles_ow
     assert folder(environ={}, dataset="/books/oz.txt", output_dir="mine") == "mine"  # a folder given is kept
 
 
+def test_the_settings_say_that_your_own_text_trains_whole():
+    """The settings a notebook prints say what ``prepare`` does: a learner's text has its long rows cut into
+    more rows; the books and the package's corpora keep their documented truncation."""
+    assert get_settings("quick", environ={"HP_MLM_DATASET": "/books/oz.txt"}).split_long_rows
+    assert not get_settings("quick", environ={}).split_long_rows
+    assert not get_settings("smoke", environ={}, dataset="hp_mlm:products").split_long_rows
+
+
 def test_a_changed_text_is_refused_on_resume_in_one_line_and_the_checkpoint_is_kept(
     folder, smoke_tokenizer, smoke_model
 ):

@@ -30,8 +30,8 @@ from hp_mlm.studies.probes import normalise_answer, score_probes
 SHIPPED, GIVEN, PICKED = "shipped with the corpus", "from your examples file", "picked from your held-out rows"
 #: Sentences picked at most, and at least when enough words qualify (as the shipped profiles: 4 or 5).
 PICKED_AT_MOST = 5
-#: A candidate sentence's length in words: short enough to read in a frame.
-SENTENCE_WORDS = (6, 25)
+#: A candidate sentence's length in words: a line of a book, not a paragraph (the frame shows the word beside the gap).
+SENTENCE_WORDS = (6, 40)
 #: Held-out sentences tried per word (a seeded draw): one pass of the stock model scores them all.
 SENTENCES_PER_WORD = 4
 #: Names tried at most, most frequent first (only sentences whose neighbour decides the name reach the model).
@@ -175,7 +175,7 @@ def pick_examples(
        sentences at least ``min_count`` times, most frequent first): the corpus's people, places and
        things, the words fine-tuning on it teaches. Count too every word and every pair of words side by side
        there (:func:`neighbours`).
-    2. **Cut** the held-out rows into sentences of 6 to 25 words (:func:`sentences_of`, never after *Mrs.* or
+    2. **Cut** the held-out rows into sentences of 6 to 40 words (:func:`sentences_of`, never after *Mrs.* or
        another title); drop any sentence that a training row holds (so no picked sentence was trained on). For
        each of the ``WORDS_TRIED`` most frequent names, hide it with ``[MASK]`` in the sentences that hold it
        once, and keep those whose neighbour decides it (:func:`decided_by`: in the training rows the name

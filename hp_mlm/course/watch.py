@@ -79,8 +79,9 @@ class WatchLearning(Callback):
     Args:
         plan: the run's ``training.TrainingPlan``; its model is scored (in place, mode restored) and its
             history keeps the frames (``history["watch"]``: ``{"every", "frames", "first_right",
-            "seconds"}``). A fresh run is scored once now, as step 0; a resumed one shows its frames so far
-            (or is scored now, at the step it resumes from, when its checkpoint kept none).
+            "seconds"}``, and ``"source"``, where ``examples`` came from, when they say it). A fresh run is
+            scored once now, as step 0; a resumed one shows its frames so far (or is scored now, at the step it
+            resumes from, when its checkpoint kept none).
         tokenizer: the model's tokenizer.
         probes: probes as ``studies.probes.load_probes`` gives them, of which those with a one-token
             answer are counted; None: those shipped with the profile's corpus (none for other data).
@@ -126,6 +127,8 @@ class WatchLearning(Callback):
         self.since = dict(self.last)  # where this session started: its pace is its own
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
         self.record["planned"] = {"steps": plan.total_steps, "epochs": plan.settings.epochs}  # see run_ending
+        if source := getattr(examples, "source", None):  # where the examples came from: the card says it
+            self.record["source"] = source
         self.record.setdefault("first_right", self.first_right())
         if self.every and not self.record["frames"]:  # step 0, or where a run resumed without its frames
             self.frame(plan.model, last["step"], last["seconds"])

@@ -204,6 +204,8 @@ def card_summary(
         summary["watch"] = {"every": watch["every"], "first_right": watch["first_right"]}
     if (metrics or {}).get("examples"):  # the run's own list (course.examples), where the job recorded it
         summary["examples"] = {"first": metrics["examples"][0]["text"], "source": metrics.get("examples_source")}
+    elif watch and watch.get("source"):  # notebook 03's card: the watch kept where its examples came from
+        summary["examples"] = {"source": watch["source"]}
     if history:
         summary["run"] = {k: history[k] for k in ("device", "processes", "precision") if k in history}
         # the model (with its Hub commit) and the training rows' fingerprint (checkpoints.resume_key)
