@@ -163,15 +163,21 @@ def test_validation_rows_are_held_out_seeded_and_disjoint():
     assert len(train_validation_split(rows, 0.2, seed=7, max_validation_rows=4)[1]) == 4
 
 
-def test_a_row_the_text_repeats_is_never_held_out_beside_its_copy_in_training():
+def test_a_row_the_text_repeats_is_never_held_out_beside_its_copy_in_training(tmp_path):
     """A book repeats short paragraphs (*"Come in," said Oz.*): a copy drawn into the held-out rows while
     another trains would be scored as unseen text. It stays in training only; other held-out rows stay."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.prepare import prepare
+
+    (tmp_path / "same.txt").write_text("Come in, said Oz.\n" * 20, encoding="utf-8")  # nothing left to hold out
     texts = [f"sentence {i}" for i in range(40)] + ["Come in, said Oz."] * 10
     rows = Dataset.from_dict({"text": texts})
     train, val = train_validation_split(rows, 0.5, seed=3)
     assert "Come in, said Oz." in train["text"] and not set(train["text"]) & set(val["text"])
     assert len(val) == len([t for t in val["text"] if t.startswith("sentence")]) > 0
     assert len(train) + len(val) < len(rows)  # the held-out copies are dropped, not trained twice more
+    with pytest.raises(ValueError, match="every held-out row repeats a training row"):
+        prepare(get_settings("smoke", environ={}, dataset=str(tmp_path / "same.txt"), progress=False))
 
 
 def test_unreachable_hub_gives_one_clear_error_within_seconds(monkeypatch):

@@ -104,6 +104,7 @@ def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path, m
         progress=False,
         validation_fraction=0.3,
         output_dir=str(tmp_path / "out"),
+        split_long_rows=False,  # as a shipped corpus's settings say
     )
     logged = []
     metrics = run_job(settings, log=logged.append)
@@ -147,7 +148,7 @@ def test_a_word_longer_than_a_row_is_its_own_word_and_never_masked_as_the_cls_to
 
 
 def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp_path, monkeypatch):
-    """Ten rows "the xyzzyplughfrobnicate sang", rows of 8 tokens split at word starts: the made-up word
+    """Ten rows "the xyzzyplughfrobnicate sang (the ...)", rows of 8 tokens split at word starts: the made-up word
     has 17 pieces, so each text opens 2 rows inside it (20 in all); nothing is truncated. (Unsplit: as a
     shipped corpus, which is truncated; your own text is always split.)"""
     monkeypatch.setattr("hp_mlm.prepare.own_text", lambda dataset: False)
@@ -155,7 +156,8 @@ def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp
     from hp_mlm.ops.job import log_data
     from hp_mlm.prepare import prepare
 
-    (tmp_path / "rows.txt").write_text("the xyzzyplughfrobnicate sang\n" * 10, encoding="utf-8")
+    rows = [f"the xyzzyplughfrobnicate sang{' the' * i}\n" for i in range(10)]  # distinct: some are held out
+    (tmp_path / "rows.txt").write_text("".join(rows), encoding="utf-8")
     settings = get_settings(
         "smoke", environ={}, dataset=str(tmp_path / "rows.txt"), max_length=8, split_long_rows=True, progress=False
     )
