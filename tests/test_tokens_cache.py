@@ -34,7 +34,10 @@ def session(text: Path, cache: Path, max_length: int, hash_seed: str) -> list[st
 
 def test_a_second_session_reuses_the_tokenised_rows_and_a_changed_setting_remakes_them(tmp_path):
     text = tmp_path / "my_book.txt"  # names that recur, so the rows are tokenised with their entities marked
-    text.write_text("\n".join(SENTENCES * 6) + "\n", encoding="utf-8")
+    rows = [
+        f"{sentence} So ended part {part}." for part in "one two three four five six".split() for sentence in SENTENCES
+    ]
+    text.write_text("\n".join(rows) + "\n", encoding="utf-8")  # distinct rows: a repeated row is never held out
     cache = tmp_path / "cache"
     first = session(text, cache, 48, hash_seed="1")
     assert first, "the first session wrote no cache of tokenised rows"
