@@ -126,8 +126,8 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
         rows, settings.validation_fraction, settings.seed, settings.max_validation_rows, settings.text_column
     )
     if len(validation_rows) == 0:
-        raise ValueError("no held-out row to evaluate on: validation_fraction is 0, or every held-out row repeats a "
-                         "training row; use e.g. 0.1, and a text of more than one distinct row")  # fmt: skip
+        raise ValueError("no held-out row to evaluate on: " + ("validation_fraction is 0; use e.g. 0.1" if not settings.validation_fraction
+                         else "every held-out row repeats a training row; give your text more distinct rows"))  # fmt: skip
     loaded_at = time.perf_counter()
     tok = loaded.tokenizer
     entities = find_entities(train_rows[settings.text_column], settings.entity_min_count)

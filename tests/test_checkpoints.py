@@ -96,8 +96,11 @@ def test_a_run_refused_in_a_live_process_leaves_the_folder_free(folder):
     `overwrite`: refused, and a run in a terminal (another process) is not told that one is training."""
     from hp_mlm.ops.job import run_job
 
-    (folder / "model").mkdir(parents=True)
-    with pytest.raises(FileExistsError, match="already holds a model"):
+    (folder / "model").mkdir(parents=True)  # a finished run: --resume has nothing to continue, so not offered
+    with pytest.raises(FileExistsError, match="holds a finished run.*train it further.*another `output_dir`"):
+        run_job(get_settings("smoke", environ={}, output_dir=str(folder)), log=lambda _: None)
+    (folder / "checkpoints").mkdir()  # a run with a checkpoint: resume it, or overwrite it
+    with pytest.raises(FileExistsError, match="already holds a model or checkpoints.*`resume` to continue"):
         run_job(get_settings("smoke", environ={}, output_dir=str(folder)), log=lambda _: None)
     taker = python(TAKER, str(folder), stderr=subprocess.PIPE)
     assert taker.wait(timeout=60) == 0, taker.stderr.read()

@@ -176,7 +176,7 @@ def test_a_row_the_text_repeats_is_never_held_out_beside_its_copy_in_training(tm
     assert "Come in, said Oz." in train["text"] and not set(train["text"]) & set(val["text"])
     assert len(val) == len([t for t in val["text"] if t.startswith("sentence")]) > 0
     assert len(train) + len(val) < len(rows)  # the held-out copies are dropped, not trained twice more
-    with pytest.raises(ValueError, match="every held-out row repeats a training row"):
+    with pytest.raises(ValueError, match="every held-out row repeats a training row; give your text more distinct"):
         prepare(get_settings("smoke", environ={}, dataset=str(tmp_path / "same.txt"), progress=False))
 
 

@@ -322,6 +322,24 @@ def test_predict_and_evaluate_use_the_profiles_trained_model_and_say_which(tmp_p
     assert math.isfinite(json.loads(evaluated.stdout)["cross_entropy"])
 
 
+def test_predict_finds_the_model_of_the_text_you_trained_on(tmp_path, saved_smoke, monkeypatch, capsys):
+    """A run on your text is saved in ``outputs/<profile>-<data>``: ``predict --dataset`` (the file given to
+    train) uses that model; without it, predict says the base model is used and how to name your run."""
+    import shutil
+
+    from hp_mlm.ops import cli
+
+    for name in ("HP_MLM_DATASET", "HP_MLM_OUTPUT_DIR", "HP_MLM_PROFILE", "HP_MLM_TRAINED_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)  # no repository above: outputs/ is here, as in Colab's /content
+    shutil.copytree(saved_smoke, tmp_path / "outputs" / "smoke-My-Book" / "model")
+    sentence = ["predict", "Mira [MASK] crossed the lake.", "--profile", "smoke", "--json"]
+    assert cli.main([*sentence, "--dataset", "/content/My Book.txt"]) == 0
+    assert "fine-tuned model in outputs/smoke-My-Book/model" in capsys.readouterr().err
+    assert cli.main(sentence) == 0
+    assert "untrained base model" in (err := capsys.readouterr().err) and "--dataset you trained on" in err
+
+
 @pytest.mark.parametrize("command", ["train", "compare", "evaluate", "predict"])
 def test_help_gives_every_flag_a_real_text_its_default_and_choices(command):
     parser = cli.build_parser()

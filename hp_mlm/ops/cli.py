@@ -73,7 +73,7 @@ def default_model(settings: Settings, log=print) -> str:
         return str(trained)
     log(
         f"using the untrained base model {settings.model}: no fine-tuned model in {settings.output_dir}/{MODEL_DIR} yet "
-        f"(run `python -m hp_mlm train` with the same profile first, or pass --model)"
+        "(run `python -m hp_mlm train` with the same profile first, or pass the --dataset you trained on, or --model)"
     )
     return settings.model
 
@@ -88,7 +88,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-pieces must be >= 1, got {args.max_pieces}")
     if args.whole_words and args.targets is not None:
         raise ValueError("pass --targets (score these words) or --whole-words (predict words), not both")
-    changes = {"trained_model": args.trained_model} if args.trained_model is not None else {}
+    changes = {"trained_model": args.trained_model, "dataset": args.dataset}  # None: the profile's
     model_name = args.model or default_model(get_settings(args.profile, **changes), log=_note)
     loaded = load_model(model_name)
     loaded.model.to(run_device())

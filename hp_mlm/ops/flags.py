@@ -223,6 +223,10 @@ def _predict_flags(sub) -> None:
     p.add_argument("sentences", nargs="+", help="sentences containing [MASK]")
     p.add_argument("--model", help=MODEL_OR_TRAINED)
     p.add_argument(
+        "--dataset",
+        help="the text you trained on (as given to train): without --model, that run's model, outputs/<profile>-<data>",
+    )
+    p.add_argument(
         "--top-k", type=int, default=None, help="candidates per mask (default 5; with --targets, all of them)"
     )
     p.add_argument(

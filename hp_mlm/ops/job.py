@@ -82,9 +82,12 @@ def check_output_dir(output_dir: Path, overwrite: bool, resume: bool) -> None:
 
     Raises:
         FileExistsError: ``output_dir/model`` or checkpoints exist and neither ``overwrite`` nor
-            ``resume`` was given; the message names both.
+            ``resume`` was given; the message names both, or, for a finished run (a model, no checkpoint,
+            nothing to resume), how to train it further (:func:`train_further`).
     """
     existing = [p for p in (output_dir / MODEL_DIR, output_dir / CHECKPOINTS) if p.exists()]
+    if existing == [output_dir / MODEL_DIR] and not (overwrite or resume):  # finished: no checkpoint to resume
+        raise FileExistsError(f"{train_further(output_dir)}; or choose another `output_dir`")
     if existing and not (overwrite or resume):
         raise FileExistsError(
             f"{str(output_dir)!r} already holds a model or checkpoints ({', '.join(p.name for p in existing)}). "
