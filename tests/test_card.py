@@ -208,3 +208,11 @@ def test_the_card_gives_the_logs_training_clock_named_so_not_the_phases_wall_tim
     text = ModelCard.load(folder / "README.md").text
     assert "training clock: 306 s (400 s for the whole job)" in text and "319 s" not in text  # not the phase
     assert _time_lines(seconds) == ["time: training clock 306 s, whole job 400 s"]  # the log's words, the same number
+    resumed = {"train_clock": 105.0, "total": 53.0}  # a resumed run: its clock counts the first session too
+    assert _time_lines(resumed) == [
+        "time: training clock 105 s (every session of the run), this session's whole job 53 s"
+    ]
+    write_model_card(folder, get_settings("smoke", environ={}), metrics={"run": {"device": "cpu"}, "seconds": resumed})
+    assert "training clock: 105 s over every session of the run (53 s for this session's whole job)" in (
+        ModelCard.load(folder / "README.md").text
+    )

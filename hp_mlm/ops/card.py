@@ -281,6 +281,9 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         for label, (key, fmt) in formats.items()
     ]
     counted = next((held[w] for w in ("after", "before") if w in held), {})
+    total_time = f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else ""
+    if "total" in seconds and seconds.get("train_clock", 0) > seconds["total"]:  # resumed: the clock has every session
+        total_time = f" over every session of the run ({seconds['total']:.0f} s for this session's whole job)"
     shown = summary.get("examples", {})
     example = shown.get("first") or next(iter(example_sentences(s.get("dataset", ""))), PLAIN_SENTENCE)
     return {
@@ -310,7 +313,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "processes": f", {run['processes']} processes" if run.get("processes", 1) > 1 else "",
         "upcast": run.get("checkpoint_dtype") if run.get("checkpoint_dtype") in ("float16", "bfloat16") else None,
         "train_time": f"{seconds['train_clock']:.0f} s" if "train_clock" in seconds else "a time not recorded",
-        "total_time": f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else "",
+        "total_time": total_time,
         "data": f"{data['n_train']} for training, {data['n_validation']} held out" if data else "not recorded",
         "commit": f"`{commit}`" if commit else "unknown (not run from a git checkout)",
         "base_licence": KNOWN_LICENCES.get(s.get("model", ""), "not known here (see its own model card)"),

@@ -96,13 +96,16 @@ def _first_right_lines(watch: dict[str, Any] | None) -> list[str]:
 
 
 def _time_lines(seconds: dict[str, float]) -> list[str]:
-    """The training clock, the watch's cost beside it, and the whole job's wall time."""
+    """The training clock, the watch's cost beside it, and the whole job's wall time (a resumed run's clock counts
+    its earlier sessions too, so it can pass this session's wall time: said so)."""
     if "train_clock" not in seconds:
         return []
     line = f"time: training clock {seconds['train_clock']:.0f} s"
     if seconds.get("watch"):
         share = seconds["watch"] / seconds["train_clock"] if seconds["train_clock"] else 0.0
         line += f", watch {seconds['watch']:.1f} s ({share:.1%} of it, off the clock)"
+    if "total" in seconds and seconds["train_clock"] > seconds["total"]:  # resumed: the clock has every session's steps
+        return [line + f" (every session of the run), this session's whole job {seconds['total']:.0f} s"]
     return [line + (f", whole job {seconds['total']:.0f} s" if "total" in seconds else "")]
 
 
