@@ -480,7 +480,7 @@ def training_step(plan: TrainingPlan, window: list[dict[str, torch.Tensor]], epo
     return total, masked
 
 
-def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> bool:
+def train_epoch(plan: TrainingPlan, epoch: int, callbacks: Sequence[Callback]) -> str | None:
     """One epoch of optimiser steps and its record; the reason a callback gave to stop training, or None."""
     settings, history = plan.settings, plan.history
     loader, skipped = plan.epoch_batches(epoch)  # a resumed epoch skips the batches it did before

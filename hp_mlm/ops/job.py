@@ -424,8 +424,6 @@ def train_further_command(settings: Settings) -> str:
     """The command that trains a finished run's saved model further, into a new folder (each path one word
     in a shell), e.g. ``python -m hp_mlm train --profile offline --model outputs/offline/model --output-dir
     outputs/offline-more`` (with ``--dataset`` too)."""
-    import shlex
-
     out = Path(settings.output_dir)
     new = out.with_name(out.name + "-more")
     return (
