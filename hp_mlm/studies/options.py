@@ -20,6 +20,7 @@ from hp_mlm.config import Settings, model_options
 from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
+from hp_mlm.ops.master_weights import bf16_weights
 from hp_mlm.prepare import Prepared, packed_rows, prepare
 from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
 from hp_mlm.studies.probes import candidate_rank
@@ -112,7 +113,7 @@ def compare_options(
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
             plan = plan_training(model, tok, rows_of_run, run)
-            with reuse_freed_memory(plan.accelerator.device.type == "cpu"):  # as the main job trains
+            with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan):  # as the main job
                 history = train(plan, callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
