@@ -5,36 +5,40 @@ weights: exactly ``bert-base-uncased``'s shapes, 110M parameters), at the quick 
 (16 rows x 128 tokens) and the full profile's (16 x 512), in fp32 and, where the CPU has bf16
 instructions, bf16 autocast:
 
-1. the ceiling: a matrix multiply of the step's largest shape (the feed-forward up-projection,
-   ``[batch x length, hidden] @ [hidden, 4 x hidden]``), best of several;
+1. the ceiling: the matrix product of the step's largest shape (the feed-forward up-projection,
+   ``[batch x length, hidden] @ [4 x hidden, hidden].T``, as ``nn.Linear`` calls it): 3 warm-up calls, then 7
+   repeats of the best of 5 calls; the median of the repeats is the ceiling, and their spread ((max - min) /
+   median) is printed beside it. On a quiet machine the repeats agree within 10%; where they do not, the run
+   says so (the host was busy) and its shares are not to be trusted;
 2. the arithmetic of one step: 6 x (linear weights) x tokens for the encoder's linear layers
    (forward 2, backward 4), 12 x batch x length^2 x hidden per layer for attention, and 6 x (the
    head's weights) x the masked tokens for the MLM head, which runs only there (as the course's
    ``training.masked_lm_loss``); embeddings and element-wise work are left out, so the share is
    if anything a little low;
-3. real steps: forward, loss at the 15% masked positions, backward, clip, the course's fused AdamW
-   (``training.build_optimizer``), as the course's loop does, timed after a warm-up; the peak memory
-   of the process (each configuration runs in a fresh process, so its peak is its own).
+3. real steps, timed after two warm-up steps (``--steps`` of them, 6 by default; their spread is printed), and
+   the peak memory of the process (each configuration runs in a fresh process, so its peak is its own).
 
 Each model, shape and precision runs in these variants, one after the other in the same run:
 
-- ``default allocator``: glibc's defaults, as before the course kept freed memory (large tensors
-  are mapped afresh and faulted in page by page every step), attention dropout on;
-- ``attention dropout on``: ``allocator.reuse_freed_memory``, with the model's dropout on attention weights
-  (with it, SDPA leaves its fused kernel for the unfused one on the CPU: every head's attention matrix and
-  its dropout mask are built in memory); the course until benchmarks/results/levers.md;
-- ``course``: what ``training.train`` does on the CPU today: freed memory reused, attention dropout off
-  (``attention_dropout=False``), so PyTorch's fused (flash) attention kernel runs;
-- ``course, eager attention``: the same with ``attn_implementation="eager"`` (matmul, softmax, matmul): what
-  the course runs on a CPU in bf16 at 128 tokens or fewer since ``attention="auto"``;
+- ``default allocator`` and ``attention dropout on``: the course as it was (this file's own copy of the step:
+  forward, loss at the masked positions, backward, clip, the fused AdamW, with attention and hidden-state dropout
+  on), with glibc's default allocator and with freed memory reused (``allocator.reuse_freed_memory``);
+- ``course``: exactly the course's step today: ``training.plan_training`` and ``training.training_step`` with the
+  offline profile's settings at this shape (``benchmarks/step_levers.py``'s ``course_plan``): attention and
+  hidden-state dropout off as the course sets them, the attention kernel ``attention="auto"`` picks, freed memory
+  reused and, in bf16 on a CPU, bf16 weights with fp32 master weights (``ops.master_weights``), as
+  ``ops.job.run_training`` trains;
+- ``course, fp32 weights``: the same without ``ops.master_weights`` (fp32 weights under autocast: the course
+  before it);
+- ``course, sdpa attention`` / ``course, eager attention``: the same with that kernel whatever ``auto`` picks;
 - ``course, compiled``: the same with the encoder and head compiled by ``torch.compile`` (inductor's C++
-  kernels); its first step, which compiles, is reported apart (``first_step_s``).
+  kernels); its warm-up steps, which compile, are reported apart (``first_step_s``).
 
-The minor page faults and the kernel (system) time per step are printed beside the times. The
-share is taken against the best ceiling measured for that model, shape and precision in the same run
-(each row measures its own, and one matmul's best of 5 moves with the machine's load; a row kept by
-``--merge`` keeps its run's tag, ``run``, since a shared host's speed also moves from one run to the next).
-Which kernel is faster is measured apart, interleaved in one process: ``benchmarks/attention_kernel.py``.
+The minor page faults and the kernel (system) time per step are printed beside the times, and the 1-minute load
+average. The share is taken against the best ceiling measured for that model, shape and precision in the same run
+(a row kept by ``--merge`` keeps its run's tag, ``run``, since a shared host's speed also moves from one run to the
+next). Which variant is faster is measured interleaved in one process: ``benchmarks/step_levers.py`` (the
+course's step with and without a lever) and ``benchmarks/attention_kernel.py``.
 
     python benchmarks/ceiling.py                          # everything (about 40 minutes on 2 cores)
     python benchmarks/ceiling.py --shapes quick --merge   # the 16 x 128 steps again, the rest kept
@@ -65,8 +69,10 @@ MODELS = ("minilm-l6", "bert-base")
 VARIANTS = (
     "default allocator",  # glibc's allocator, attention dropout on (the course before allocator.py)
     "attention dropout on",  # freed memory reused, the model's attention dropout (the course before levers.md)
-    "course",  # freed memory reused, attention dropout off: PyTorch's fused CPU attention (SDPA's flash kernel)
-    "course, eager attention",  # the same, attention as plain matmul-softmax-matmul (attn_implementation="eager")
+    "course",  # the course's own step (plan_training, training_step): dropout off, attention "auto", master weights
+    "course, fp32 weights",  # the same without ops.master_weights: fp32 weights under autocast (the course before it)
+    "course, sdpa attention",  # the same with SDPA's fused attention kernel whatever "auto" picks
+    "course, eager attention",  # the same with attention as matmul-softmax-matmul (attn_implementation="eager")
     "course, compiled",  # the same, the model compiled by torch.compile (inductor, C++ kernels on the CPU)
 )
 #: The variants with the model's attention dropout on.
@@ -98,19 +104,28 @@ def step_flops(config, batch: int, length: int, masked: int) -> float:
     return 6 * linear * batch * length + attention + head
 
 
-def matmul_ceiling(rows: int, hidden: int, precision: str, repeats: int = 5) -> float:
-    """Best FLOP/s of ``[rows, hidden] @ [hidden, 4 hidden]`` in ``precision`` over ``repeats`` runs."""
+def matmul_ceiling(
+    rows: int, hidden: int, precision: str, repeats: int = 7, calls: int = 5
+) -> tuple[float, list[float]]:
+    """FLOP/s of ``[rows, hidden] @ [hidden, 4 hidden]`` in ``precision`` (the linear layer's ``x @ W.T``, as
+    ``nn.Linear`` calls it): after a warm-up of 3 calls, ``repeats`` repeats, each the best of ``calls`` calls.
+    Returns the median of the repeats and the repeats (their spread is printed beside each row: on a quiet
+    machine they agree within 10%; a busy one moves them)."""
     import torch
 
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    a, b = torch.randn(rows, hidden, dtype=dtype), torch.randn(hidden, 4 * hidden, dtype=dtype)
-    a @ b  # warm-up
-    best = float("inf")
+    a, w = torch.randn(rows, hidden, dtype=dtype), torch.randn(4 * hidden, hidden, dtype=dtype)
+    for _ in range(3):  # warm-up: oneDNN's kernels are built at the first call of a shape
+        a @ w.t()
+    measured = []
     for _ in range(repeats):
-        started = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - started)
-    return 2 * rows * hidden * 4 * hidden / best
+        best = float("inf")
+        for _ in range(calls):
+            started = time.perf_counter()
+            a @ w.t()
+            best = min(best, time.perf_counter() - started)
+        measured.append(2 * rows * hidden * 4 * hidden / best)
+    return statistics.median(measured), measured
 
 
 def train_step(model, optimizer, ids, mask, chosen, precision: str) -> None:
@@ -160,6 +175,38 @@ def time_steps(
     return seconds, int(chosen.sum()), system
 
 
+def course_steps(model_name: str, length: int, precision: str, variant: str, steps: int):
+    """The course's own step (``step_levers.course_plan``: ``plan_training`` and ``training_step`` with the offline
+    profile's settings at this shape and precision, hidden and attention dropout off, the kernel ``auto`` picks,
+    freed memory reused, ``ops.master_weights`` where it applies), timed as :func:`time_steps` does, after two
+    warm-up steps; ``course, fp32 weights`` leaves ``ops.master_weights`` out, ``course, sdpa attention`` /
+    ``course, eager attention`` force that kernel, ``course, compiled`` compiles encoder and head."""
+    from step_levers import course_plan
+
+    from hp_mlm.training import training_step
+
+    attention = {"course, sdpa attention": "sdpa", "course, eager attention": "eager"}.get(variant)
+    master = variant != "course, fp32 weights"
+    plan, batches, stack = course_plan(model_name, length, master, 16 * (steps + 2), precision, attention)
+    if variant.endswith("compiled"):
+        plan.model.bert.compile()
+        plan.model.cls.compile()
+    seconds, faults, kernel = [], [], []
+    with stack:
+        for i, batch in enumerate(batches[: steps + 2]):
+            before = resource.getrusage(resource.RUSAGE_SELF)
+            started = time.perf_counter()
+            training_step(plan, [batch], 0)
+            if i >= 2:  # two warm-up steps (allocations, AdamW's state, a compile)
+                seconds.append(time.perf_counter() - started)
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                faults.append(after.ru_minflt - before.ru_minflt)
+                kernel.append(after.ru_stime - before.ru_stime)
+    masked = int(statistics.median(int((b["labels"] != -100).sum()) for b in batches[2 : steps + 2]))
+    system = {"page_faults_per_step": int(statistics.median(faults)), "kernel_s_per_step": statistics.median(kernel)}
+    return plan.model, seconds, masked, system
+
+
 def measure_one(model_name: str, shape: str, precision: str, variant: str, steps: int) -> dict:
     """One configuration, in this process: the ceiling, the step's FLOP, its times and peak memory."""
     import torch
@@ -167,15 +214,16 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
     from hp_mlm.ops.allocator import reuse_freed_memory
 
     batch, length = SHAPES[shape]
-    attention = "eager" if variant == "course, eager attention" else "sdpa"
-    model = build(model_name, attention_dropout=variant in DROPOUT_ON, attention=attention)
-    ceiling = matmul_ceiling(batch * length, model.config.hidden_size, precision)
-    with reuse_freed_memory(variant != VARIANTS[0]) as switched:
-        started = time.perf_counter()
-        seconds, masked, system = time_steps(
-            model, batch, length, precision, steps, compiled=variant.endswith("compiled")
-        )
-        whole = time.perf_counter() - started
+    started = time.perf_counter()
+    if variant in DROPOUT_ON:  # the course as it was: this file's own step, attention and hidden dropout on
+        model = build(model_name, attention_dropout=True)
+        with reuse_freed_memory(variant != VARIANTS[0]) as switched:
+            seconds, masked, system = time_steps(model, batch, length, precision, steps)
+    else:
+        switched = True
+        model, seconds, masked, system = course_steps(model_name, length, precision, variant, steps)
+    whole = time.perf_counter() - started
+    ceiling, repeats = matmul_ceiling(batch * length, model.config.hidden_size, precision)
     flops = step_flops(model.config, batch, length, masked)
     median = statistics.median(seconds)
     return {
@@ -188,10 +236,16 @@ def measure_one(model_name: str, shape: str, precision: str, variant: str, steps
         **system,
         "step_seconds": [round(s, 3) for s in seconds],
         "step_median_s": round(median, 3),
-        "first_step_s": round(whole - sum(seconds), 1),  # the warm-up step: with torch.compile, the compiling
+        "first_step_s": round(
+            whole - sum(seconds), 1
+        ),  # the warm-up steps and the setup: with torch.compile, the compiling
         "gflop_per_step": round(flops / 1e9, 1),
         "achieved_gflops": round(flops / median / 1e9, 1),
         "ceiling_gflops": round(ceiling / 1e9, 1),
+        "ceiling_repeats_gflops": [round(c / 1e9) for c in repeats],
+        "ceiling_spread": round((max(repeats) - min(repeats)) / ceiling, 3),
+        "step_spread": round((max(seconds) - min(seconds)) / median, 3),
+        "loadavg": os.getloadavg(),
         "share_of_ceiling": round(flops / median / ceiling, 3),
         "peak_memory_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2),
         "threads": torch.get_num_threads(),
@@ -212,6 +266,12 @@ def run_all(shapes: list[str], steps: int, models=MODELS, precisions=None, varia
                 done = subprocess.run(argv, capture_output=True, text=True, check=True)
                 rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(format_row(rows[-1]), flush=True)  # against its own ceiling; the report, the best
+                if rows[-1]["ceiling_spread"] > 0.1:
+                    print(
+                        f"  (the ceiling's repeats spread {rows[-1]['ceiling_spread']:.0%}, more than 10%: the host "
+                        f"is busy, load {rows[-1]['loadavg'][0]:.1f}; its figures are not to be trusted)",
+                        flush=True,
+                    )
     return rows
 
 
@@ -224,10 +284,10 @@ def key(row: dict) -> tuple:
 
 
 HEADER = (
-    "| model | batch x tokens | precision | variant | step (s, median) | first step (s) | page faults / step | "
-    "kernel s / step | GFLOP / step | achieved GFLOP/s | ceiling GFLOP/s (this row / best) | share of best | "
-    "peak memory (GB) |\n"
-    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+    "| model | batch x tokens | precision | variant | step (s, median) | step spread | first step (s) | page faults / step | "
+    "kernel s / step | GFLOP / step | achieved GFLOP/s | ceiling GFLOP/s (this row / best) | ceiling spread | "
+    "share of best | peak memory (GB) | load (1 min) |\n"
+    "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 )
 
 
@@ -237,9 +297,17 @@ def format_row(r: dict, best: float | None = None) -> str:
     return (
         f"| {r['model']} ({r['parameters_m']}M) | {r['shape']} | {r['precision']} | {r['variant']} | "
         f"{r['step_median_s']} | {r.get('first_step_s', 'n/a')} | {r['page_faults_per_step']:,} | {r['kernel_s_per_step']:.2f} | {r['gflop_per_step']} | "
-        f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | {r['achieved_gflops'] / best:.0%} | "
-        f"{r['peak_memory_gb']} |"
+        f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | {spread(r.get('ceiling_spread'))} | "
+        f"{r['achieved_gflops'] / best:.0%} | {r['peak_memory_gb']} | {r['loadavg'][0]:.1f} |"
+        if "loadavg" in r
+        else f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | n/a | {r['achieved_gflops'] / best:.0%} | "
+        f"{r['peak_memory_gb']} | n/a |"
     )
+
+
+def spread(value: float | None) -> str:
+    """(max - min) / median of the repeats, as a percentage; n/a for rows of runs before it was kept."""
+    return "n/a" if value is None else f"{value:.0%}"
 
 
 def best_ceilings(rows: list[dict]) -> dict[tuple, float]:
@@ -266,7 +334,7 @@ def report(machine: dict, rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=list(SHAPES))
-    parser.add_argument("--steps", type=int, default=3, help="timed steps per configuration (after a warm-up)")
+    parser.add_argument("--steps", type=int, default=6, help="timed steps per configuration (after warm-up steps)")
     parser.add_argument("--merge", action="store_true", help="keep the earlier results' rows not measured again")
     parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
     parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16"])

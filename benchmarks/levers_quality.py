@@ -38,24 +38,8 @@ LEVER_SETS = {
     # dropout on hidden states (BERT's hidden_dropout_prob, 0.1) off (the course's since levers.md) against on
     "hidden": {"course (hidden dropout off)": {}, "hidden dropout on": {"hidden_dropout": True}},
     # bf16 weights with fp32 master weights (ops.master_weights, on in bf16 on a CPU) against the step before it
-    "weights": {"course (bf16 weights, fp32 master)": {}, "fp32 weights, autocast (before)": {}},
+    "weights": {"course (bf16 weights, fp32 master)": {}, "fp32 weights, autocast (before)": {"master_weights": False}},
 }
-
-
-def compare(settings, levers: str, seeds: int, probes) -> list[dict]:
-    """``compare_options`` over the lever set; a lever that is not a setting (``weights``) is a second call with
-    ``ops.master_weights`` turned off: the same rows, seeds and frozen masks (both calls freeze them alike)."""
-    if levers != "weights":
-        return compare_options(settings, LEVER_SETS[levers], seeds=seeds, probes=probes)
-    from hp_mlm.ops import master_weights
-
-    on, off = LEVER_SETS[levers]
-    rows = compare_options(settings, {on: {}}, seeds=seeds, probes=probes)
-    master_weights.ENABLED = False
-    try:
-        return rows + compare_options(settings, {off: {}}, seeds=seeds, probes=probes)[1:]  # one "before" row
-    finally:
-        master_weights.ENABLED = True
 
 
 def main() -> None:
@@ -72,7 +56,9 @@ def main() -> None:
     settings = get_settings(args.profile, progress=False, output_dir=f"outputs/levers_{args.profile}", **overrides)
     probes_file = args.probes or default_probes(settings)
     started = time.perf_counter()
-    rows = compare(settings, args.levers, args.seeds, load_probes(probes_file) if probes_file else None)
+    rows = compare_options(
+        settings, LEVER_SETS[args.levers], seeds=args.seeds, probes=load_probes(probes_file) if probes_file else None
+    )
     machine = {
         "cpu": platform.machine(),
         "cores": os.cpu_count(),

@@ -38,12 +38,13 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
 #: The variants: the course's step before this lever, and with it (``ops.master_weights.bf16_weights``).
-VARIANTS = ("today", "bf16 weights, fp32 master")
+VARIANTS = ("fp32 weights, autocast", "bf16 weights, fp32 master")
 
 
-def course_plan(model_name: str, length: int, variant: str, rows: int = 96):
-    """The course's plan for ``model_name`` at 16 x ``length`` and its first epoch's batches, with the variant's
-    lever entered (an ``ExitStack`` the caller closes)."""
+def course_plan(model_name: str, length: int, master: bool, rows: int = 96, precision=None, attention=None):
+    """The course's plan for ``model_name`` at 16 x ``length`` and its first epoch's batches, inside what the main
+    job wraps training in (``reuse_freed_memory``; ``bf16_weights`` with ``master``): ``(plan, batches, stack)``,
+    ``stack`` an ``ExitStack`` the caller closes. ``precision``, ``attention``: instead of the profile's ``auto``."""
     import contextlib
 
     import torch
@@ -55,7 +56,8 @@ def course_plan(model_name: str, length: int, variant: str, rows: int = 96):
     from hp_mlm.ops.allocator import reuse_freed_memory
     from hp_mlm.training import plan_training
 
-    settings = get_settings("offline", max_length=length, batch_size=16, progress=False, output_dir=None)
+    chosen = {k: v for k, v in {"precision": precision, "attention": attention}.items() if v}
+    settings = get_settings("offline", max_length=length, batch_size=16, progress=False, output_dir=None, **chosen)
     settings = resolve_auto(settings, new_head=True)
     options = model_options(settings)
     loaded = load_model(settings.model, **options)
@@ -85,7 +87,7 @@ def course_plan(model_name: str, length: int, variant: str, rows: int = 96):
     plan.objective.train()
     stack = contextlib.ExitStack()
     stack.enter_context(reuse_freed_memory(True))
-    stack.enter_context(master_weights.bf16_weights(plan, enabled=variant != VARIANTS[0]))
+    stack.enter_context(master_weights.bf16_weights(plan, enabled=master))
     return plan, batches, stack
 
 
@@ -98,7 +100,7 @@ def interleaved(model_name: str, length: int, rounds: int, threads: int) -> dict
     if threads:
         torch.set_num_threads(threads)
     clock = time.process_time if threads == 1 else time.perf_counter
-    plans = {v: course_plan(model_name, length, v) for v in VARIANTS}
+    plans = {v: course_plan(model_name, length, v != VARIANTS[0]) for v in VARIANTS}
     for plan, batches, _ in plans.values():  # warm-up: AdamW's state, the allocator's heap
         for batch in batches[:2]:
             training_step(plan, [batch], 0)
@@ -145,7 +147,7 @@ def peak(model_name: str, length: int, variant: str, steps: int = 3) -> dict:
     """Peak resident memory (GB) of a fresh process taking ``steps`` of the variant's step."""
     from hp_mlm.training import training_step
 
-    plan, batches, stack = course_plan(model_name, length, variant, rows=16 * steps)
+    plan, batches, stack = course_plan(model_name, length, variant != VARIANTS[0], rows=16 * steps)
     for batch in batches[:steps]:
         training_step(plan, [batch], 0)
     stack.close()
@@ -160,7 +162,7 @@ def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> 
 
     out = {}
     for variant in VARIANTS:
-        plan, batches, stack = course_plan(model_name, length, variant)
+        plan, batches, stack = course_plan(model_name, length, variant != VARIANTS[0])
         for batch in batches[:2]:
             training_step(plan, [batch], 0)
         with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -179,11 +181,11 @@ def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> 
 
 def report(data: dict) -> str:
     lines = [
-        f"`{data['command']}`: the course's step today against {VARIANTS[1]} (`ops.master_weights`), one step each",
-        "in turns in one process; median of the rounds [quartiles]; new / today per round, median [quartiles] (below",
+        f"`{data['command']}`: the course's step with {VARIANTS[0]} against {VARIANTS[1]} (`ops.master_weights`), one step each",
+        "in turns in one process; median of the rounds [quartiles]; new / before per round, median [quartiles] (below",
         f"1: faster). Machine: {data['machine']}. The host was shared with other work: the load average is printed.",
         "",
-        "| model | shape | precision | attention | threads, clock | rounds | today (s) | new (s) | new / today | load (1 min) | peak GB today / new |",
+        "| model | shape | precision | attention | threads, clock | rounds | before (s) | new (s) | new / before | load (1 min) | peak GB before / new |",
         "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | --- | --- |",
     ]
     for r in data["rows"]:

@@ -60,13 +60,12 @@ def test_weights_a_callback_loads_meanwhile_are_the_ones_kept(smoke_tokenizer):
     assert all(float(p.detach().abs().sum()) == 0.0 for p in plan.model.parameters())
 
 
-def test_nothing_changes_in_fp32_or_when_turned_off(smoke_tokenizer, monkeypatch):
+def test_nothing_changes_in_fp32_or_when_turned_off(smoke_tokenizer):
     plan = smoke_plan(smoke_tokenizer, precision="fp32")
     with master_weights.bf16_weights(plan) as switched:
         assert switched is False and {p.dtype for p in plan.model.parameters()} == {torch.float32}
-    monkeypatch.setattr(master_weights, "ENABLED", False)
     plan = smoke_plan(smoke_tokenizer)
-    with master_weights.bf16_weights(plan) as switched:
+    with master_weights.bf16_weights(plan, enabled=False) as switched:
         assert switched is False and {p.dtype for p in plan.model.parameters()} == {torch.float32}
 
 
@@ -78,3 +77,26 @@ def test_the_main_job_trains_with_it_in_bf16(smoke_tokenizer, monkeypatch):
     plan = smoke_plan(smoke_tokenizer)
     job.run_training(plan, [])
     assert seen == [{torch.bfloat16}] and {p.dtype for p in plan.model.parameters()} == {torch.float32}
+
+
+def test_a_study_can_train_an_option_without_it(monkeypatch, tmp_path):
+    from hp_mlm.studies import options
+
+    seen = []
+
+    def record(plan, enabled=True):
+        seen.append(enabled)
+        return master_weights.bf16_weights(plan, False)
+
+    monkeypatch.setattr(options, "bf16_weights", record)
+    settings = get_settings("smoke", environ={}, epochs=1, progress=False, output_dir=str(tmp_path))
+    rows = options.compare_options(
+        settings, {"with": {}, "without": {"master_weights": False}}, seeds=2, log=lambda _: None
+    )
+    assert seen == [True, False, True, False], "seed by seed, each option in turn"
+    assert [(r["option"], r["seed"]) for r in rows[1:]] == [
+        ("with", 42),
+        ("with", 43),
+        ("without", 42),
+        ("without", 43),
+    ]

@@ -23,9 +23,6 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
-#: On by default where :func:`applies`; ``benchmarks/step_levers.py`` turns it off to measure the step without it.
-ENABLED = True
-
 
 def applies(plan) -> bool:
     """Whether :func:`bf16_weights` changes ``plan``: bf16 on a CPU, in one process."""
@@ -34,7 +31,7 @@ def applies(plan) -> bool:
 
 
 @contextlib.contextmanager
-def bf16_weights(plan, enabled: bool | None = None) -> Iterator[bool]:
+def bf16_weights(plan, enabled: bool = True) -> Iterator[bool]:
     """While the block runs (``training.train(plan)``), ``plan.model`` holds bf16 copies of the weights that
     ``plan.optimizer`` updates; the optimiser keeps updating the fp32 originals (hooks before and after its
     step). On leaving, the fp32 weights are put back into the model: the model is fp32 again, as before, holding
@@ -43,11 +40,12 @@ def bf16_weights(plan, enabled: bool | None = None) -> Iterator[bool]:
 
     Args:
         plan: a ``training.TrainingPlan`` before :func:`training.train` runs it.
-        enabled: False (or a plan :func:`applies` rejects) leaves everything as it is; None: :data:`ENABLED`.
+        enabled: False (or a plan :func:`applies` rejects) leaves everything as it is (the benchmarks measure
+            the step without it so).
     Yields:
         True when the model's weights were made bf16, else False.
     """
-    if not ((ENABLED if enabled is None else enabled) and applies(plan)):
+    if not (enabled and applies(plan)):
         yield False
         return
     optimizer = getattr(plan.optimizer, "optimizer", plan.optimizer)  # under accelerate's wrapper

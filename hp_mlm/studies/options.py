@@ -61,7 +61,8 @@ def compare_options(
     shuffling, the masks and dropout; the split and the held-out masks stay those of ``settings.seed``.
 
     Args:
-        options: name -> settings to change (default ``DEFAULT_OPTIONS``).
+        options: name -> settings to change (default ``DEFAULT_OPTIONS``); ``"master_weights": False`` trains
+            without ``ops.master_weights`` (fp32 weights under bf16 autocast).
         seeds: runs per option (>= 1).
         probes: probes (``probes.load_probes``); those that list ``candidates`` are ranked after each
             run (``names_ranked_first``).
@@ -104,21 +105,23 @@ def compare_options(
         }
 
     rows = [_row("before fine-tuning", None, final(prep.loaded.model), 0, 0.0)]
-    for name, changes in options.items():
-        for k in range(seeds):
-            run = base.replace(seed=base.seed + k, **changes)
+    for k in range(seeds):  # seed by seed, every option: a study cut short still holds comparable runs
+        for name, changes in options.items():
+            master = changes.get("master_weights", True)  # ops.master_weights, not a setting: off with False
+            run = base.replace(seed=base.seed + k, **{c: v for c, v in changes.items() if c != "master_weights"})
             # the same start for every option
             model = load_model(base.model, tok, seed=run.seed, **model_options(run)).model
             started = time.perf_counter()
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
             plan = plan_training(model, tok, rows_of_run, run)
-            with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan):  # as the main job
+            with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan, master):  # as the job
                 history = train(plan, callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
             log(f"{name}, seed {run.seed}: top-1 {rows[-1]['top1']:.1%}, perplexity {rows[-1]['perplexity']:.1f}")
-    return rows
+    order = list(options)
+    return rows[:1] + sorted(rows[1:], key=lambda r: order.index(r["option"]))  # option by option, as before
 
 
 def _row(name: str, seed: int | None, result: dict[str, Any], epochs: int, seconds: float) -> dict[str, Any]:
