@@ -26,10 +26,9 @@ Each model, shape and precision runs in these variants, one after the other in t
 - ``course``: exactly the course's step today: ``training.plan_training`` and ``training.training_step`` with the
   offline profile's settings at this shape (``benchmarks/step_levers.py``'s ``course_plan``): attention and
   hidden-state dropout off as the course sets them, the attention kernel ``attention="auto"`` picks, freed memory
-  reused and, in bf16 on a CPU, bf16 weights with fp32 master weights (``ops.master_weights``), as
-  ``ops.job.run_training`` trains;
-- ``course, fp32 weights``: the same without ``ops.master_weights`` (fp32 weights under autocast: the course
-  before it);
+  reused, as ``ops.job.run_training`` trains;
+- ``course, master weights``: the same with ``ops.master_weights`` (bf16 weights in the model, fp32 master weights
+  in the optimiser; measured, not kept);
 - ``course, sdpa attention`` / ``course, eager attention``: the same with that kernel whatever ``auto`` picks;
 - ``course, compiled``: the same with the encoder and head compiled by ``torch.compile`` (inductor's C++
   kernels); its warm-up steps, which compile, are reported apart (``first_step_s``).
@@ -69,8 +68,8 @@ MODELS = ("minilm-l6", "bert-base")
 VARIANTS = (
     "default allocator",  # glibc's allocator, attention dropout on (the course before allocator.py)
     "attention dropout on",  # freed memory reused, the model's attention dropout (the course before levers.md)
-    "course",  # the course's own step (plan_training, training_step): dropout off, attention "auto", master weights
-    "course, fp32 weights",  # the same without ops.master_weights: fp32 weights under autocast (the course before it)
+    "course",  # the course's own step (plan_training, training_step): dropout off, attention "auto"
+    "course, master weights",  # the same with ops.master_weights: bf16 weights, fp32 master weights (not kept)
     "course, sdpa attention",  # the same with SDPA's fused attention kernel whatever "auto" picks
     "course, eager attention",  # the same with attention as matmul-softmax-matmul (attn_implementation="eager")
     "course, compiled",  # the same, the model compiled by torch.compile (inductor, C++ kernels on the CPU)
@@ -178,15 +177,15 @@ def time_steps(
 def course_steps(model_name: str, length: int, precision: str, variant: str, steps: int):
     """The course's own step (``step_levers.course_plan``: ``plan_training`` and ``training_step`` with the offline
     profile's settings at this shape and precision, hidden and attention dropout off, the kernel ``auto`` picks,
-    freed memory reused, ``ops.master_weights`` where it applies), timed as :func:`time_steps` does, after two
-    warm-up steps; ``course, fp32 weights`` leaves ``ops.master_weights`` out, ``course, sdpa attention`` /
+    freed memory reused), timed as :func:`time_steps` does, after two warm-up steps; ``course, master weights`` adds
+    ``ops.master_weights``, ``course, sdpa attention`` /
     ``course, eager attention`` force that kernel, ``course, compiled`` compiles encoder and head."""
     from step_levers import course_plan
 
     from hp_mlm.training import training_step
 
     attention = {"course, sdpa attention": "sdpa", "course, eager attention": "eager"}.get(variant)
-    master = variant != "course, fp32 weights"
+    master = variant == "course, master weights"
     plan, batches, stack = course_plan(model_name, length, master, 16 * (steps + 2), precision, attention)
     if variant.endswith("compiled"):
         plan.model.bert.compile()

@@ -156,6 +156,7 @@ def peak(model_name: str, length: int, variant: str, steps: int = 3) -> dict:
 
 def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> dict:
     """The operators with the most CPU time of their own over ``steps`` steps, per variant, as shares."""
+    import torch
     from torch.profiler import ProfilerActivity, profile
 
     from hp_mlm.training import training_step
@@ -176,7 +177,13 @@ def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> 
             {"op": e.key, "calls_per_step": e.count // steps, "share": round(e.self_cpu_time_total / total, 3)}
             for e in ranked
         ]
-    return {"model": model_name, "shape": f"16 x {length}", "ops": out, "loadavg": os.getloadavg()}
+    return {
+        "model": model_name,
+        "shape": f"16 x {length}",
+        "ops": out,
+        "loadavg": os.getloadavg(),
+        "threads": torch.get_num_threads(),
+    }
 
 
 def report(data: dict) -> str:
@@ -197,7 +204,11 @@ def report(data: dict) -> str:
             f"{r['loadavg_1min']['min']:.1f}-{r['loadavg_1min']['max']:.1f} | {p.get(VARIANTS[0], 'n/a')} / {p.get(VARIANTS[1], 'n/a')} |"
         )
     for p in data.get("profiles", []):
-        lines += ["", f"Profile, {p['model']} {p['shape']} (`torch.profiler`, self CPU time; load {p['loadavg']}):", ""]
+        lines += [
+            "",
+            f"Profile, {p['model']} {p['shape']} (`torch.profiler`, self CPU time, {p.get('threads')} thread(s); load {p['loadavg'][0]:.1f}):",
+            "",
+        ]
         lines += ["| variant | top operators (share of the step's CPU time) |", "| --- | --- |"]
         for variant, ops in p["ops"].items():
             lines.append(f"| {variant} | " + ", ".join(f"`{o['op']}` {o['share']:.1%}" for o in ops) + " |")
@@ -218,8 +229,12 @@ def main() -> None:
     if args.one:
         print(json.dumps(peak(args.one[0], int(args.one[1]), args.one[2])))
         return
+    import torch
+
     from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
 
+    if args.threads:  # the profile too
+        torch.set_num_threads(args.threads)
     started = time.perf_counter()
     rows, profiles = [], []
     for model_name in args.models:

@@ -59,7 +59,7 @@ def test_the_main_jobs_training_switches_it_on_the_cpu_only(monkeypatch):
                 type = "cpu"
 
         class settings:
-            epochs, precision = 0, "fp32"
+            epochs = 0
 
         start_epoch, history = 0, {}
         model = torch.nn.Linear(1, 1)

@@ -69,17 +69,7 @@ def test_nothing_changes_in_fp32_or_when_turned_off(smoke_tokenizer):
         assert switched is False and {p.dtype for p in plan.model.parameters()} == {torch.float32}
 
 
-def test_the_main_job_trains_with_it_in_bf16(smoke_tokenizer, monkeypatch):
-    from hp_mlm.ops import job
-
-    seen = []
-    monkeypatch.setattr(job, "train", lambda plan, callbacks: seen.append({p.dtype for p in plan.model.parameters()}))
-    plan = smoke_plan(smoke_tokenizer)
-    job.run_training(plan, [])
-    assert seen == [{torch.bfloat16}] and {p.dtype for p in plan.model.parameters()} == {torch.float32}
-
-
-def test_a_study_can_train_an_option_without_it(monkeypatch, tmp_path):
+def test_a_study_trains_an_option_with_it_and_the_others_without(monkeypatch, tmp_path):
     from hp_mlm.studies import options
 
     seen = []
@@ -91,7 +81,7 @@ def test_a_study_can_train_an_option_without_it(monkeypatch, tmp_path):
     monkeypatch.setattr(options, "bf16_weights", record)
     settings = get_settings("smoke", environ={}, epochs=1, progress=False, output_dir=str(tmp_path))
     rows = options.compare_options(
-        settings, {"with": {}, "without": {"master_weights": False}}, seeds=2, log=lambda _: None
+        settings, {"with": {"master_weights": True}, "without": {}}, seeds=2, log=lambda _: None
     )
     assert seen == [True, False, True, False], "seed by seed, each option in turn"
     assert [(r["option"], r["seed"]) for r in rows[1:]] == [

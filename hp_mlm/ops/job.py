@@ -33,7 +33,6 @@ from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.ops.card import write_model_card
-from hp_mlm.ops.master_weights import bf16_weights
 from hp_mlm.ops.push import PushError, check_push, upload_model
 from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
@@ -516,9 +515,8 @@ def describe_device(processes: int = 1) -> str:
 def run_training(plan: TrainingPlan, callbacks: list[Callback]) -> dict:
     """``training.train``, on the CPU inside ``allocator.reuse_freed_memory``: the memory a step frees
     is kept for the next (faster steps, the same numbers; meanwhile the process holds about its
-    largest step's memory); in bf16 on a CPU with the model's weights in bf16 and fp32 master weights in
-    the optimiser (``master_weights.bf16_weights``)."""
-    with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan):
+    largest step's memory)."""
+    with reuse_freed_memory(plan.accelerator.device.type == "cpu"):
         return train(plan, callbacks)
 
 

@@ -11,8 +11,11 @@ model's bf16 copies. Updates smaller than a bf16 weight's rounding step are ther
 2018, "Mixed Precision Training", section 3.1). Autocast stays on, so the operations it keeps in fp32 still run
 in fp32.
 
-Only where it was measured faster: a CPU, bf16, one process. The figures, and held-out quality over 3 seeds
-beside the step without it: ``benchmarks/step_levers.py``, ``benchmarks/results/step_levers.md``.
+A lever measured, not kept: the course trains with fp32 weights under autocast. On 2 cores of an Intel Xeon with
+AMX (the only CPU kind it was measured on), a host shared with other work, a MiniLM-L6 step at 16 x 128 took about
+0.9 of the course's and a bert-base step about the same, interleaved in one process, and its held-out quality over
+3 seeds was not finished (``benchmarks/step_levers.py``, ``benchmarks/results/step_levers*.md``, docs/results.md).
+It applies where :func:`applies` says: a CPU, bf16, one process; ``benchmarks/`` and ``studies.options`` use it.
 """
 
 from __future__ import annotations

@@ -61,8 +61,8 @@ def compare_options(
     shuffling, the masks and dropout; the split and the held-out masks stay those of ``settings.seed``.
 
     Args:
-        options: name -> settings to change (default ``DEFAULT_OPTIONS``); ``"master_weights": False`` trains
-            without ``ops.master_weights`` (fp32 weights under bf16 autocast).
+        options: name -> settings to change (default ``DEFAULT_OPTIONS``); ``"master_weights": True`` trains
+            with ``ops.master_weights`` (bf16 weights, fp32 master weights), a lever measured, not kept.
         seeds: runs per option (>= 1).
         probes: probes (``probes.load_probes``); those that list ``candidates`` are ranked after each
             run (``names_ranked_first``).
@@ -107,7 +107,7 @@ def compare_options(
     rows = [_row("before fine-tuning", None, final(prep.loaded.model), 0, 0.0)]
     for k in range(seeds):  # seed by seed, every option: a study cut short still holds comparable runs
         for name, changes in options.items():
-            master = changes.get("master_weights", True)  # ops.master_weights, not a setting: off with False
+            master = changes.get("master_weights", False)  # ops.master_weights: not a setting, not the course's
             run = base.replace(seed=base.seed + k, **{c: v for c, v in changes.items() if c != "master_weights"})
             # the same start for every option
             model = load_model(base.model, tok, seed=run.seed, **model_options(run)).model
@@ -115,7 +115,7 @@ def compare_options(
             callbacks = [Validate(score, run.early_stopping_patience)] if run.early_stopping_patience else []
             rows_of_run = training_tokens(prep, run)  # packed into blocks for a padding="pack" option
             plan = plan_training(model, tok, rows_of_run, run)
-            with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan, master):  # as the job
+            with reuse_freed_memory(plan.accelerator.device.type == "cpu"), bf16_weights(plan, master):
                 history = train(plan, callbacks)
             seconds = time.perf_counter() - started
             rows.append(_row(name, run.seed, final(model), len(history["epochs"]), seconds))
