@@ -27,7 +27,7 @@ Each model, shape and precision runs in these variants, one after the other in t
   offline profile's settings at this shape (``benchmarks/step_levers.py``'s ``course_plan``): attention and
   hidden-state dropout off as the course sets them, the attention kernel ``attention="auto"`` picks, freed memory
   reused, as ``ops.job.run_training`` trains;
-- ``course, master weights``: the same with ``ops.master_weights`` (bf16 weights in the model, fp32 master weights
+- ``course, master weights``: the same with ``studies.master_weights`` (bf16 weights in the model, fp32 master weights
   in the optimiser; measured, not kept);
 - ``course, sdpa attention`` / ``course, eager attention``: the same with that kernel whatever ``auto`` picks;
 - ``course, compiled``: the same with the encoder and head compiled by ``torch.compile`` (inductor's C++
@@ -69,7 +69,7 @@ VARIANTS = (
     "default allocator",  # glibc's allocator, attention dropout on (the course before allocator.py)
     "attention dropout on",  # freed memory reused, the model's attention dropout (the course before levers.md)
     "course",  # the course's own step (plan_training, training_step): dropout off, attention "auto"
-    "course, master weights",  # the same with ops.master_weights: bf16 weights, fp32 master weights (not kept)
+    "course, master weights",  # the same with studies.master_weights: bf16 weights, fp32 master weights (not kept)
     "course, sdpa attention",  # the same with SDPA's fused attention kernel whatever "auto" picks
     "course, eager attention",  # the same with attention as matmul-softmax-matmul (attn_implementation="eager")
     "course, compiled",  # the same, the model compiled by torch.compile (inductor, C++ kernels on the CPU)
@@ -178,7 +178,7 @@ def course_steps(model_name: str, length: int, precision: str, variant: str, ste
     """The course's own step (``step_levers.course_plan``: ``plan_training`` and ``training_step`` with the offline
     profile's settings at this shape and precision, hidden and attention dropout off, the kernel ``auto`` picks,
     freed memory reused), timed as :func:`time_steps` does, after two warm-up steps; ``course, master weights`` adds
-    ``ops.master_weights``, ``course, sdpa attention`` /
+    ``studies.master_weights``, ``course, sdpa attention`` /
     ``course, eager attention`` force that kernel, ``course, compiled`` compiles encoder and head."""
     from step_levers import course_plan
 
@@ -291,17 +291,29 @@ HEADER = (
 
 
 def format_row(r: dict, best: float | None = None) -> str:
-    """One table row; ``best``: the best ceiling of the run for this row's model, shape and precision."""
+    """One table row, a cell under each header; ``best``: the best ceiling of the run for this row's model, shape
+    and precision. Rows of runs before a figure was kept (the spreads, the load) say n/a there."""
     best = best or r["ceiling_gflops"]
-    return (
-        f"| {r['model']} ({r['parameters_m']}M) | {r['shape']} | {r['precision']} | {r['variant']} | "
-        f"{r['step_median_s']} | {r.get('first_step_s', 'n/a')} | {r['page_faults_per_step']:,} | {r['kernel_s_per_step']:.2f} | {r['gflop_per_step']} | "
-        f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | {spread(r.get('ceiling_spread'))} | "
-        f"{r['achieved_gflops'] / best:.0%} | {r['peak_memory_gb']} | {r['loadavg'][0]:.1f} |"
-        if "loadavg" in r
-        else f"{r['achieved_gflops']} | {r['ceiling_gflops']} / {best} | n/a | {r['achieved_gflops'] / best:.0%} | "
-        f"{r['peak_memory_gb']} | n/a |"
-    )
+    load = r.get("loadavg")
+    cells = [
+        f"{r['model']} ({r['parameters_m']}M)",
+        r["shape"],
+        r["precision"],
+        r["variant"],
+        r["step_median_s"],
+        spread(r.get("step_spread")),
+        r.get("first_step_s", "n/a"),
+        f"{r['page_faults_per_step']:,}",
+        f"{r['kernel_s_per_step']:.2f}",
+        r["gflop_per_step"],
+        r["achieved_gflops"],
+        f"{r['ceiling_gflops']} / {best}",
+        spread(r.get("ceiling_spread")),
+        f"{r['achieved_gflops'] / best:.0%}",
+        r["peak_memory_gb"],
+        "n/a" if load is None else f"{load[0]:.1f}",
+    ]
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
 def spread(value: float | None) -> str:
@@ -327,7 +339,12 @@ def report(machine: dict, rows: list[dict]) -> str:
     """The markdown table, each share against the best ceiling of its run, model, shape and precision."""
     best = best_ceilings(rows)
     lines = [format_row(r, best[ceiling_key(r)]) for r in rows]
-    return "\n".join([f"`python benchmarks/ceiling.py` on {machine}:", "", HEADER, *lines]) + "\n"
+    note = (
+        "Each share is against the best ceiling of its own run. A row whose spreads say n/a is from a run before "
+        "the ceiling was warmed up and repeated: its ceiling was one measurement on a busy host, so its share is "
+        "not to be compared with the others'."
+    )
+    return "\n".join([f"`python benchmarks/ceiling.py` on {machine}:", "", note, "", HEADER, *lines]) + "\n"
 
 
 def main() -> None:
@@ -343,6 +360,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure_one(*args.one, args.steps)))
         return
+    from step_levers import cpu_kind
+
     from hp_mlm.common import atomic_write_text, cpu_has_native_bf16
 
     started, run = time.perf_counter(), time.strftime("%Y-%m-%d %H:%M")
@@ -352,6 +371,7 @@ def main() -> None:
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "native_bf16": cpu_has_native_bf16(),
+        "cpu_kind": cpu_kind(),
         "loadavg_end": os.getloadavg(),
         "seconds": round(time.perf_counter() - started, 1),
         "run": run,

@@ -11,6 +11,7 @@ Reads what the other benchmarks wrote and writes benchmarks/results/levers.md; i
     python benchmarks/dropout_step.py                       # hidden-state dropout on and off, interleaved
     python benchmarks/levers_quality.py --profile offline --levers hidden --name offline_hidden
     python benchmarks/levers_quality.py --profile quick ... --levers hidden --name quick_oz_hidden
+    python benchmarks/levers_quality.py --profile offline --levers weights --name offline_weights
     python benchmarks/compare_recipes.py                    # the course against the original recipe
     python benchmarks/notebook_times.py --profile offline --inplace --fresh
     HP_MLM_OUTPUT_DIR=... python benchmarks/notebook_times.py --profile offline --only 03_training   # in turns
@@ -135,7 +136,8 @@ def step_table(ceiling: dict) -> list[str]:
 
 def quality_table(name: str, quality: dict) -> list[str]:
     """Held-out quality over seeds of the course's setting (the first option) against the lever's (the second)."""
-    course, other = [x for x in quality["summary"] if x["option"] != "before fine-tuning"][:2]
+    options = [x for x in quality["summary"] if x["option"] != "before fine-tuning"][:2]
+    course, other = sorted(options, key=lambda x: not x["option"].startswith("course"))  # a run may list it second
     seconds = {}
     for r in quality["rows"]:
         seconds.setdefault(r["option"], []).append(r["seconds"])
@@ -276,7 +278,15 @@ def main() -> None:
             "",
             *dropout_report(step["machine"], step["rows"]).splitlines(),
         ]
-    for name in ("offline", "quick_oz", "offline_kernel", "quick_oz_kernel", "offline_hidden", "quick_oz_hidden"):
+    for name in (
+        "offline",
+        "quick_oz",
+        "offline_kernel",
+        "quick_oz_kernel",
+        "offline_hidden",
+        "quick_oz_hidden",
+        "offline_weights",
+    ):
         quality = load(f"levers_quality_{name}.json")
         if quality:
             parts += ["", f"## Quality over seeds: {name}", "", *quality_table(name, quality)]

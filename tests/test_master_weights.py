@@ -1,10 +1,10 @@
-"""bf16 weights with fp32 master weights while training in bf16 on a CPU (``ops.master_weights``)."""
+"""bf16 weights with fp32 master weights while training in bf16 on a CPU (``studies.master_weights``)."""
 
 import torch
 
 from hp_mlm.config import get_settings, resolve_auto
 from hp_mlm.models import build_smoke_model
-from hp_mlm.ops import master_weights
+from hp_mlm.studies import master_weights
 from hp_mlm.training import Callback, plan_training, train
 
 

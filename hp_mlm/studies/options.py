@@ -20,9 +20,9 @@ from hp_mlm.config import Settings, model_options
 from hp_mlm.evaluation import evaluate
 from hp_mlm.models import load_model
 from hp_mlm.ops.allocator import reuse_freed_memory
-from hp_mlm.ops.master_weights import bf16_weights
 from hp_mlm.prepare import Prepared, packed_rows, prepare
 from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
+from hp_mlm.studies.master_weights import bf16_weights
 from hp_mlm.studies.probes import candidate_rank
 from hp_mlm.training import plan_training, train
 
@@ -62,7 +62,7 @@ def compare_options(
 
     Args:
         options: name -> settings to change (default ``DEFAULT_OPTIONS``); ``"master_weights": True`` trains
-            with ``ops.master_weights`` (bf16 weights, fp32 master weights), a lever measured, not kept.
+            with ``studies.master_weights`` (bf16 weights, fp32 master weights), a lever measured, not kept.
         seeds: runs per option (>= 1).
         probes: probes (``probes.load_probes``); those that list ``candidates`` are ranked after each
             run (``names_ranked_first``).
@@ -107,7 +107,7 @@ def compare_options(
     rows = [_row("before fine-tuning", None, final(prep.loaded.model), 0, 0.0)]
     for k in range(seeds):  # seed by seed, every option: a study cut short still holds comparable runs
         for name, changes in options.items():
-            master = changes.get("master_weights", False)  # ops.master_weights: not a setting, not the course's
+            master = changes.get("master_weights", False)  # studies.master_weights: not a setting, not the course's
             run = base.replace(seed=base.seed + k, **{c: v for c, v in changes.items() if c != "master_weights"})
             # the same start for every option
             model = load_model(base.model, tok, seed=run.seed, **model_options(run)).model

@@ -12,10 +12,13 @@ model's bf16 copies. Updates smaller than a bf16 weight's rounding step are ther
 in fp32.
 
 A lever measured, not kept: the course trains with fp32 weights under autocast. On 2 cores of an Intel Xeon with
-AMX (the only CPU kind it was measured on), a host shared with other work, a MiniLM-L6 step at 16 x 128 took about
-0.9 of the course's and a bert-base step about the same, interleaved in one process, and its held-out quality over
-3 seeds was not finished (``benchmarks/step_levers.py``, ``benchmarks/results/step_levers*.md``, docs/results.md).
-It applies where :func:`applies` says: a CPU, bf16, one process; ``benchmarks/`` and ``studies.options`` use it.
+AMX, a quiet host, a step with it took 0.94 (MiniLM-L6, 16 x 128), 0.96 (16 x 512), 0.94 (bert-base size, 16 x
+128) and 0.97 (16 x 512) of the course's, interleaved in one process, at the same peak memory; over 3 seeds of the
+offline profile its held-out top-1 was 43.8% [42.4, 45.0] against 43.6% [43.4, 44.0], inside the spread
+(``benchmarks/step_levers.py``, ``benchmarks/levers_quality.py --levers weights``, benchmarks/README.md). Not kept
+for a few per cent of a step: the model would hold bf16 weights while it trains, so would its checkpoints, and a
+resumed run would go on from rounded weights. It applies where :func:`applies` says: a CPU, bf16, one process;
+``benchmarks/`` and ``studies.options`` use it.
 """
 
 from __future__ import annotations
