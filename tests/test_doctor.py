@@ -255,8 +255,9 @@ def test_the_fit_check_says_how_long_notebook_03_and_the_job_take_and_whether_th
 
 
 def test_the_fit_check_says_when_other_work_slowed_the_pace_it_took(monkeypatch):
-    """A pace timed while other work kept the cores busy comes with a line saying so (two training jobs on 2 cores
-    made a step 10-20 times slower), and only then; where the load cannot be read (Windows) nothing is said."""
+    """A pace timed while other work kept the cores busy comes with a line saying so (a second training job on 2
+    cores made the step about 15 times slower), and only then; where the load cannot be read (Windows) nothing is
+    said."""
     timed = {"load": 12.0, "step": 5.81, "evaluate": 1.0, "total_steps": 480, "epochs": 12, "busy": (3.9, 2)}
     lines = doctor.fit_lines(timed, allowance=(176.1, 1.0))
     assert lines[0].startswith("pace         5.81 s") and "other work was running (load 3.9 on 2 cores)" in lines[1]
