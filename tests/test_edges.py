@@ -394,6 +394,7 @@ def test_an_empty_or_unreadable_file_is_named(tmp_path, capsys):
         capsys, ["train", "--profile", "smoke", "--dataset", str(empty), "--output-dir", str(tmp_path / "o")]
     )
     assert "is empty" in line
+    assert not (tmp_path / "o").exists()  # nothing was written, so no folder holding only its lock is left
     broken = tmp_path / "broken.json"
     broken.write_text("{this is not json")
     line = one_line(

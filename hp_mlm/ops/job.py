@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +19,7 @@ from hp_mlm import evaluation
 from hp_mlm.callbacks import SaveCheckpoints, Validate, time_budget
 from hp_mlm.checkpoints import (
     CHECKPOINTS,
+    LOCK,
     MODEL_DIR,
     clear_checkpoints,
     hold_output_dir,
@@ -177,7 +179,25 @@ def run_job(
         state.wait_for_everyone()
         return metrics
     finally:
+        if state.is_main_process:
+            drop_if_nothing_written(out)
         release_output_dir(out)
+
+
+def drop_if_nothing_written(out: Path) -> None:
+    """Remove the run's folder when it holds nothing but this process's own lock (``checkpoints.hold_output_dir``):
+    a run refused or failed before writing anything (an empty file, a Hub out of reach) leaves no empty folder to
+    puzzle over. A lock another process holds names that process, so it is never touched."""
+    lock = out / LOCK
+    try:
+        if [p.name for p in out.iterdir()] != [LOCK]:
+            return
+        holder = lock.read_text(encoding="utf-8").strip()
+        if holder == f"process {os.getpid()} on {socket.gethostname()}":
+            lock.unlink()
+            out.rmdir()
+    except OSError:  # gone already, or not ours to remove: nothing is lost either way
+        return
 
 
 def check_before_loading(
