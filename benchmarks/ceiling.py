@@ -160,18 +160,28 @@ def time_steps(
     if compiled:  # in place: mlm_logits calls the encoder and the head apart (the head at the masked rows only)
         model.bert.compile()
         model.cls.compile()
+    # one warm-up step (allocations, AdamW's state)
+    seconds, system = timed(lambda _: train_step(model, optimizer, ids, mask, chosen, precision), steps, warmup=1)
+    return seconds, int(chosen.sum()), system
+
+
+def timed(step, count: int, warmup: int) -> tuple[list[float], dict]:
+    """Call ``step(i)`` for ``i`` in ``range(warmup + count)``: the seconds of the last ``count`` calls, and their
+    minor page faults and kernel seconds (medians per step)."""
     seconds, faults, kernel = [], [], []
-    for i in range(steps + 1):
+    for i in range(warmup + count):
         before = resource.getrusage(resource.RUSAGE_SELF)
         started = time.perf_counter()
-        train_step(model, optimizer, ids, mask, chosen, precision)
-        if i:  # the first step is the warm-up (allocations, AdamW's state)
+        step(i)
+        if i >= warmup:
             seconds.append(time.perf_counter() - started)
             after = resource.getrusage(resource.RUSAGE_SELF)
             faults.append(after.ru_minflt - before.ru_minflt)
             kernel.append(after.ru_stime - before.ru_stime)
-    system = {"page_faults_per_step": int(statistics.median(faults)), "kernel_s_per_step": statistics.median(kernel)}
-    return seconds, int(chosen.sum()), system
+    return seconds, {
+        "page_faults_per_step": int(statistics.median(faults)),
+        "kernel_s_per_step": statistics.median(kernel),
+    }
 
 
 def course_steps(model_name: str, length: int, precision: str, variant: str, steps: int):
@@ -190,19 +200,9 @@ def course_steps(model_name: str, length: int, precision: str, variant: str, ste
     if variant.endswith("compiled"):
         plan.model.bert.compile()
         plan.model.cls.compile()
-    seconds, faults, kernel = [], [], []
-    with stack:
-        for i, batch in enumerate(batches[: steps + 2]):
-            before = resource.getrusage(resource.RUSAGE_SELF)
-            started = time.perf_counter()
-            training_step(plan, [batch], 0)
-            if i >= 2:  # two warm-up steps (allocations, AdamW's state, a compile)
-                seconds.append(time.perf_counter() - started)
-                after = resource.getrusage(resource.RUSAGE_SELF)
-                faults.append(after.ru_minflt - before.ru_minflt)
-                kernel.append(after.ru_stime - before.ru_stime)
+    with stack:  # two warm-up steps (allocations, AdamW's state, a compile)
+        seconds, system = timed(lambda i: training_step(plan, [batches[i]], 0), steps, warmup=2)
     masked = int(statistics.median(int((b["labels"] != -100).sum()) for b in batches[2 : steps + 2]))
-    system = {"page_faults_per_step": int(statistics.median(faults)), "kernel_s_per_step": statistics.median(kernel)}
     return plan.model, seconds, masked, system
 
 

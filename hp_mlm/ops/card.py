@@ -270,6 +270,12 @@ def model_card(summary: dict[str, Any], repo_id: str | None = None, commit: str 
     return ModelCard.from_template(data, template_str=TEMPLATE, **card_text(summary, name, repo_id, commit))
 
 
+def clock_spans_sessions(seconds: dict[str, float]) -> bool:
+    """Whether the training clock (``train_clock``, which counts every session of a resumed run) passed this session's
+    whole job (``total``): then the report and the card say the clock is the run's, the wall time this session's."""
+    return "total" in seconds and seconds.get("train_clock", 0) > seconds["total"]
+
+
 def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: str | None) -> dict[str, Any]:
     """The template's values: each number formatted, "not measured" where a part is missing."""
     s, held, run = summary["settings"], summary.get("held_out", {}), summary.get("run", {})
@@ -282,7 +288,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
     ]
     counted = next((held[w] for w in ("after", "before") if w in held), {})
     total_time = f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else ""
-    if "total" in seconds and seconds.get("train_clock", 0) > seconds["total"]:  # resumed: the clock has every session
+    if clock_spans_sessions(seconds):
         total_time = f" over every session of the run ({seconds['total']:.0f} s for this session's whole job)"
     shown = summary.get("examples", {})
     example = shown.get("first") or next(iter(example_sentences(s.get("dataset", ""))), PLAIN_SENTENCE)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hp_mlm.ops.card import first_right_text
+from hp_mlm.ops.card import clock_spans_sessions, first_right_text
 
 #: The course's glossary, where the report's terms are explained (a terminal shows the address; a click opens it).
 GLOSSARY = "https://github.com/hp-mlm/hp-mlm/blob/main/docs/glossary.md"
@@ -104,7 +104,7 @@ def _time_lines(seconds: dict[str, float]) -> list[str]:
     if seconds.get("watch"):
         share = seconds["watch"] / seconds["train_clock"] if seconds["train_clock"] else 0.0
         line += f", watch {seconds['watch']:.1f} s ({share:.1%} of it, off the clock)"
-    if "total" in seconds and seconds["train_clock"] > seconds["total"]:  # resumed: the clock has every session's steps
+    if clock_spans_sessions(seconds):  # resumed: the clock has every session's steps
         return [line + f" (every session of the run), this session's whole job {seconds['total']:.0f} s"]
     return [line + (f", whole job {seconds['total']:.0f} s" if "total" in seconds else "")]
 
