@@ -30,7 +30,8 @@ import torch
 
 from hp_mlm.common import atomic_write_text, resolve_precision
 from hp_mlm.config import get_settings
-from hp_mlm.inference import examples, fill_mask
+from hp_mlm.course.shipped import examples
+from hp_mlm.inference import fill_mask
 from hp_mlm.ops.allocator import reuse_freed_memory
 from hp_mlm.prepare import prepare
 from hp_mlm.profiles import HEAD_AUTO

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from hp_mlm.common import atomic_write_text, autocast, cpu_has_native_bf16
+from hp_mlm.course.shipped import example_sentences
 from hp_mlm.course.watch import (
     CURVE_SPACING,
     FRAME_SECONDS,
@@ -34,7 +35,7 @@ from hp_mlm.course.watch import (
     LearningCurves,
     RunLine,
 )
-from hp_mlm.inference import example_sentences, fill_mask
+from hp_mlm.inference import fill_mask
 from hp_mlm.models import load_tokenizer
 from hp_mlm.profiles import BOOKS_DATASET
 

@@ -26,6 +26,7 @@ from .profiles import (
     PROFILE_OVERRIDES,
     PROFILES,
     RECIPES,
+    ROOM_STEPS,
     SCHEDULES,
     own_text,
 )
@@ -48,7 +49,8 @@ class Settings:
     Fields (units in brackets):
         model: Hub id or local folder of a masked-LM (``bert-base-uncased``), or ``SMOKE_MODEL``.
         dataset: Hub dataset id, a local file/folder, or ``SMOKE_DATASET``.
-        split: split with optional slice, e.g. ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
+        split: split with optional slice, e.g. ``train[:10%]``, ``train[-10%:]``, ``train[:200]``; a profile's slice is
+            for the course's data: your own text is read whole (``train``) unless you set one, which counts its rows.
         text_column: the column that holds the text.
         max_length: tokens per row after truncation, ``[CLS]``/``[SEP]`` included.
         mlm_probability: fraction in (0, 1) of selectable tokens chosen for prediction.
@@ -281,8 +283,8 @@ def get_settings(profile: str | None = None, environ: Mapping[str, str] | None =
         data, own = values.get("dataset", Settings.dataset), PROFILE_OVERRIDES.get(name, {}).get("dataset")
         suffix = "" if data == (own or Settings.dataset) else f"-{data_name(data)}"
         values["output_dir"] = course_path(values.get("output_dir", Settings.output_dir) + suffix)
-    if own_text(values.get("dataset", Settings.dataset)):  # your text trains whole (as prepare.prepare makes it)
-        values.setdefault("split_long_rows", True)
+    if own_text(values.get("dataset", Settings.dataset)):  # your text trains whole, in every profile
+        values |= {"split_long_rows": values.get("split_long_rows", True), "split": chosen.get("split", "train")}
     values["profile"] = name
     return Settings(**values)
 
@@ -307,14 +309,16 @@ def course_path(relative: str, cwd: str | None = None) -> str:
     return relative
 
 
-def resolve_auto(settings: Settings, new_head: bool) -> Settings:
+def resolve_auto(settings: Settings, new_head: bool, steps_per_epoch: int = 0) -> Settings:
     """Settings with ``learning_rate``, ``schedule``, ``epochs`` and ``precision`` made concrete for this model
     and machine: the one place where ``auto`` is settled (``prepare.prepare`` calls it once).
 
     Unset (``None`` / ``"auto"``) rates, schedules and epochs follow what the model's MLM head knows, whatever
     the profile or the model's name (``profiles.HEAD_AUTO``): ``new_head`` (``prepare.head_check``: its held-out
     top-1 is no better than always guessing the commonest token) gets a higher, held rate and more epochs than
-    a head that knows. ``precision="auto"`` becomes the device's (``common.resolve_precision``). ``attention`` is
+    a head that knows; a learner's own text (``profiles.own_text``) trains as many whole passes (of
+    ``steps_per_epoch`` optimiser steps) as fit ``profiles.ROOM_STEPS``, at least one and at most those epochs: a
+    whole book in a room's time, its schedule planned for the steps it runs. ``precision="auto"`` becomes the device's (``common.resolve_precision``). ``attention`` is
     settled by :func:`resolve_attention` before the model is built (``prepare``). Explicit values are kept.
 
     Raises:
@@ -322,6 +326,8 @@ def resolve_auto(settings: Settings, new_head: bool) -> Settings:
     """
     defaults = HEAD_AUTO["new" if new_head else "pretrained"]
     unset = {name: defaults[name] for name in AUTO_SETTINGS if getattr(settings, name) in (None, "auto")}
+    if "epochs" in unset and own_text(settings.dataset) and steps_per_epoch:  # sized to the room
+        unset["epochs"] = max(1, min(unset["epochs"], round(ROOM_STEPS / steps_per_epoch)))
     return dataclasses.replace(settings, **unset, precision=resolve_precision(settings.precision))
 
 

@@ -32,9 +32,13 @@ from .profiles import PACKAGE_DATASETS
 
 #: Local file types we read, and the ``datasets`` builder for each.
 BUILDERS = {".txt": "text", ".csv": "csv", ".json": "json", ".jsonl": "json", ".parquet": "parquet"}
-ACCEPTED = (
-    "a .txt (one row per line), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
-)
+ACCEPTED = "a .txt (paragraphs), .csv, .json, .jsonl or .parquet file, a folder of those, or a save_to_disk folder"
+#: A block of lines between blank lines whose lines are all at most this long is one paragraph wrapped into lines
+#: (Project Gutenberg wraps at about 70 characters); a longer line is a paragraph of its own.
+WRAPPED = 100
+#: Words in a row of a learner's .txt per token of ``max_length``: English prose is about 1.3 WordPiece tokens a
+#: word in bert-base-uncased's vocabulary, so a row of consecutive paragraphs stays near ``max_length`` tokens.
+WORDS_PER_TOKEN = 0.7
 
 #: What a .txt is read in, and how to save one that is not (``text_encoding``).
 SAVE_AS_TEXT = "the course reads .txt in UTF-8, UTF-16 or Windows cp1252: save yours as plain text (.txt), UTF-8"
@@ -142,6 +146,30 @@ def text_encoding(files: Sequence[str]) -> str:
     return found.pop()
 
 
+def paragraphs(text: str) -> list[str]:
+    """A text's paragraphs, whitespace collapsed, blank lines never one: in a text with blank lines, a block between
+    them is one paragraph where every line of it is at most :data:`WRAPPED` characters (a paragraph wrapped into
+    lines, as Project Gutenberg's); else each line is one (a paragraph a line, with or without blank lines between)."""
+    found, blocks = [], re.split(r"\n\s*\n", text)
+    for block in blocks:
+        lines = [" ".join(line.split()) for line in block.splitlines() if line.strip()]
+        found += [" ".join(lines)] if len(blocks) > 1 < len(lines) and max(map(len, lines)) <= WRAPPED else lines
+    return found
+
+
+def paragraph_rows(texts: Sequence[str], max_length: int) -> list[str]:
+    """Consecutive paragraphs joined into rows of at most ``WORDS_PER_TOKEN * max_length`` words (about
+    ``max_length`` tokens), as the Oz table is built; a longer paragraph is a row of its own (``prepare`` cuts it
+    at word starts), with what came before it where that is under a quarter of a row (a chapter's heading). A learner's .txt is read this way everywhere: the command line, the notebooks, the handout."""
+    rows, words = [[]], WORDS_PER_TOKEN * max_length
+    for text in texts:
+        held = sum(len(t.split()) for t in rows[-1])  # a row of a heading or two (under a quarter) takes the next too
+        if held >= words / 4 and held + len(text.split()) > words:
+            rows.append([])
+        rows[-1].append(text)
+    return [" ".join(row) for row in rows if row]
+
+
 def _local_files(path: Path) -> tuple[str, list[str]]:
     """The ``datasets`` builder and the files for a local file or folder."""
     if path.is_file():
@@ -162,9 +190,10 @@ def _local_files(path: Path) -> tuple[str, list[str]]:
     return builders.pop(), [str(p) for p in files]
 
 
-def _load_split(source: str, split_name: str) -> tuple[Dataset, str]:
+def _load_split(source: str, split_name: str, max_length: int) -> tuple[Dataset, str]:
     """Load one whole split of a Hub dataset, a local file/folder, or the smoke corpus, and the encoding its
-    ``.txt`` files were read in (:func:`text_encoding`; ``""`` for other data).
+    ``.txt`` files were read in (:func:`text_encoding`; ``""`` for other data): their rows are
+    :func:`paragraph_rows` of ``max_length``.
 
     A Hub id comes from the Hub, or, in offline mode or with the Hub out of reach, from the
     ``datasets`` cache (:func:`hub.require_hub` decides within seconds).
@@ -193,10 +222,12 @@ def _load_split(source: str, split_name: str) -> tuple[Dataset, str]:
         builder, files = _local_files(path)
         if all(Path(f).stat().st_size == 0 for f in files):
             raise ValueError(f"{source!r} is empty: there is no text to train on. Pass {ACCEPTED}.")
-        options = {"encoding": text_encoding(files)} if builder == "text" else {}  # csv and json: UTF-8
-        try:
-            encoding = options.get("encoding", "")
-            return load_dataset(builder, data_files={split_name: files}, split=split_name, **options), encoding
+        if builder == "text":  # paragraphs, wherever the blank lines are; files in order
+            encoding = text_encoding(files)
+            texts = [p for name in files for p in paragraphs(Path(name).read_text(encoding))]
+            return Dataset.from_dict({"text": paragraph_rows(texts, max_length)}), encoding
+        try:  # csv and json: UTF-8
+            return load_dataset(builder, data_files={split_name: files}, split=split_name), ""
         except Exception as error:  # noqa: BLE001 - a malformed file, whatever the builder's error type
             raise ValueError(
                 f"Cannot read {source!r} as {builder} ({error_summary(error)}). Pass {ACCEPTED}."
@@ -232,16 +263,20 @@ def drop_empty_rows(rows: Dataset, text_column: str) -> tuple[Dataset, int]:
     return (rows if len(keep) == len(texts) else rows.select(keep)), len(texts) - len(keep)
 
 
-def load_corpus(source: str, split: str = "train", text_column: str = "text") -> tuple[Dataset, CorpusReport]:
+def load_corpus(
+    source: str, split: str = "train", text_column: str = "text", max_length: int = 128
+) -> tuple[Dataset, CorpusReport]:
     """Load, slice and clean a corpus. The result has one column, ``text_column``.
 
     Args:
         source: a Hub dataset id (``andjela-r/mlm-harry-potter``), a local path (see ``ACCEPTED``),
             or a corpus shipped with the package (``profiles.PACKAGE_DATASETS``: the smoke corpus,
-            ``hp_mlm:products``). A ``.txt`` file is one row per line, in column ``text``, read in UTF-8,
+            ``hp_mlm:products``). A ``.txt`` file (a paragraph a line, or paragraphs between blank lines) is
+            rows of consecutive paragraphs (:func:`paragraph_rows`), in column ``text``, read in UTF-8,
             UTF-16 or Windows cp1252 (:func:`text_encoding`; ``report.encoding`` says which).
         split: split and optional slice: ``train``, ``train[:10%]``, ``train[-10%:]``, ``train[:200]``.
         text_column: the column holding the text.
+        max_length: the run's tokens per row (``Settings.max_length``), which a .txt's rows are sized to.
     Returns:
         ``(rows, report)``.
     Raises:
@@ -251,7 +286,7 @@ def load_corpus(source: str, split: str = "train", text_column: str = "text") ->
         HubUnavailableError: a Hub id that cannot be fetched (names the id; says to pass a local path).
     """
     split_name, _, _ = parse_split(split)
-    full, encoding = _load_split(source, split_name)
+    full, encoding = _load_split(source, split_name, max_length)
     if text_column not in full.column_names and full.column_names == ["text"] and source.endswith(".txt"):
         text_column = "text"
     check_text_column(full, text_column)  # the column before the slice: the order a user fixes them in

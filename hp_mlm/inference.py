@@ -19,21 +19,8 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from .common import inference_mode, model_device, out_of_memory_in
-from .profiles import EXAMPLES
 from .scoring import length_limit, mask_place, predict_words, score_words, with_mask_token, word_pieces
 from .tokens import replacement_ids
-
-
-def examples(dataset: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """The example sentences shipped with ``dataset``, each with the corpus's word at each mask (``profiles.EXAMPLES``:
-    its corpus's own names; the last has two masks), or none: another corpus's sentences would say nothing of
-    yours (``course.examples`` picks some from your held-out rows)."""
-    return EXAMPLES.get(dataset, ())
-
-
-def example_sentences(dataset: str) -> tuple[str, ...]:
-    """The sentences of :func:`examples`."""
-    return tuple(text for text, _ in examples(dataset))
 
 
 def target_words(targets: Sequence[str] | str, tokenizer: PreTrainedTokenizerBase) -> list[tuple[str, list[str]]]:

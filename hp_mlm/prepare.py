@@ -24,6 +24,7 @@ from .masking import IGNORE_INDEX, freeze_masks
 from .models import LoadedModel, load_model, model_max_positions
 from .profiles import HEAD_KNOWS, own_text
 from .tokens import check_max_length, epoch_padding_share, grouped, pack_rows, tokenize_rows, truncation, words_cut
+from .training import optimizer_steps
 
 
 @dataclass
@@ -118,7 +119,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
     # The data before the model: a wrong dataset, column or slice is the first thing to fix, and
     # max_length is checked against the model once both are known. Your own text is read whole.
     settings = settings.replace(split_long_rows=settings.split_long_rows or own_text(settings.dataset))
-    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column)
+    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column, settings.max_length)
     loaded = load_model(model or settings.model, seed=settings.seed, **model_options(settings))
     loaded.model.to(run_device())  # the "before" evaluation runs where training will (cuda, mps or cpu)
     check_max_length(settings.max_length, model_max_positions(loaded.model))
@@ -146,7 +147,7 @@ def _prepare(settings: Settings, model: str | None, started: float) -> Prepared:
             f"mlm_probability {settings.mlm_probability} too low): hold out more rows or raise it"
         )
     head = head_check(loaded.model, frozen, tok, settings)
-    settings = resolve_auto(settings, head["new"])
+    settings = resolve_auto(settings, head["new"], optimizer_steps(len(train_tokens), settings.replace(epochs=1)))
     settings = settings.replace(attention=loaded.model.config._attn_implementation)  # the kernel it was built with
     seconds = {"load": loaded_at - started, "tokenise": time.perf_counter() - loaded_at}
     return Prepared(
@@ -172,16 +173,18 @@ def head_check(model, frozen: list[dict[str, list[int]]], tokenizer, settings: S
     share of those masked tokens that always guessing the commonest one gets right.
 
     Returns:
-        ``{"top1", "constant"`` (fractions in [0, 1]), ``"commonest"`` (that token), ``"new"}``: True when top-1
+        ``{"top1", "constant"`` (fractions in [0, 1]), ``"commonest"`` (that token), ``"seconds"`` (the
+        evaluation's wall time: this machine's pace, for the run's length), ``"new"}``: True when top-1
         is under ``profiles.HEAD_KNOWS`` times the constant guess's share (a random head, or one that has
         learned little more than the commonest token): the run then gets a new head's settings.
     """
     labels = Counter(label for row in frozen for label in row["labels"] if label != IGNORE_INDEX)
     ((commonest, count),) = labels.most_common(1)
     precision = resolve_precision(settings.precision)
-    top1 = evaluate(model, frozen, tokenizer, settings.eval_batch_size, precision=precision)["top1"]
-    constant, token = count / labels.total(), tokenizer.convert_ids_to_tokens(commonest)
-    return {"top1": top1, "constant": constant, "commonest": token, "new": top1 < HEAD_KNOWS * constant}
+    scored = evaluate(model, frozen, tokenizer, settings.eval_batch_size, precision=precision)
+    top1, constant, token = scored["top1"], count / labels.total(), tokenizer.convert_ids_to_tokens(commonest)
+    new = top1 < HEAD_KNOWS * constant
+    return {"top1": top1, "constant": constant, "commonest": token, "new": new, "seconds": scored["seconds"]}
 
 
 def packed_rows(train_rows: Dataset, tokenizer, settings: Settings, entities: list[str]) -> Dataset:

@@ -52,32 +52,6 @@ def own_text(dataset: str) -> bool:
     return dataset != BOOKS_DATASET and dataset not in PACKAGE_DATASETS
 
 
-#: Example sentences by dataset, each with the word the corpus puts at each ``[MASK]`` (the last has two
-#: masks): the main job's report, notebooks 03-04, the model card and the widget show before beside after.
-#: A corpus's own names, chosen so that fine-tuning visibly changes the answer (measured offline in
-#: benchmarks/results/earliest_learning.md); a dataset without an entry has none here: the course picks
-#: them from its held-out rows (``course.examples``), never another corpus's sentences.
-EXAMPLES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
-    BOOKS_DATASET: (
-        ("He was a young wizard, his name was Harry [MASK].", ("potter",)),
-        ("Harry [MASK] is a wizard.", ("potter",)),
-        ("Harry walked into [MASK] castle.", ("hogwarts",)),
-        ("[MASK] potter and ron [MASK] went back to hogwarts.", ("harry", "weasley")),
-    ),
-    COURSE_DATASET: (
-        ("Every autumn, Hob [MASK] painted the name of the old ferry again.", ("tanner",)),
-        ("The old ferry crossed the [MASK] Lake in the fog.", ("silver",)),
-        ("The girl who drew the map of the island was Poppy [MASK].", ("crane",)),
-        ("[MASK] Ashdown and Poppy [MASK] rowed across the lake.", ("mira", "crane")),
-    ),
-    SMOKE_DATASET: (
-        ("Professor [MASK] taught potions in the cellar below the Great Hall.", ("quillon",)),
-        ("Hob Tanner rowed the ferry across the [MASK] Lake.", ("silver",)),
-        ("On the path to Fogmoor village, Mira [MASK] met a mistfox.", ("ashdown",)),
-        ("[MASK] Cobbing and Lila [MASK] walked to the Silver Lake.", ("nell", "marrowby")),
-    ),
-}
-
 #: What ``recipe="original"`` sets: the original tutorial's procedure, as settings. They sit
 #: between the profile and your variables/flags, so ``--recipe original --lr 3e-5`` keeps 3e-5.
 ORIGINAL_RECIPE: dict[str, Any] = {
@@ -109,6 +83,11 @@ HEAD_AUTO: dict[str, dict[str, Any]] = {
     "new": dict(learning_rate=5e-4, schedule="constant", epochs=12, source="benchmarks/results/stock_head_study.md"),
     "pretrained": dict(learning_rate=5e-5, schedule="linear", epochs=3, source="Devlin et al. 2019"),
 }
+#: A learner's own text trains about this many optimiser steps when its epochs are on auto (``config.resolve_auto``):
+#: whole passes over the text, at least one, at most the head's epochs. A room's slot for notebook 03 on a 2-core
+#: laptop holds about 5 minutes of training; the offline MiniLM took 0.36-0.5 s a step on rows of a whole novel
+#: (2 cores, bf16; benchmarks/results/book_names.md), the offline main job 480 steps.
+ROOM_STEPS = 480
 #: A head knows more than a constant guess when its held-out top-1 is at least this many times the share of the
 #: masked tokens that always guessing the commonest one gets right (bert-base-uncased's is far above it).
 HEAD_KNOWS = 2.0

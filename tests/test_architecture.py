@@ -24,7 +24,7 @@ AREAS = ("course", "studies", "ops")
 #: Bottom to top. A module may import modules of lower layers only, never its own layer or above.
 LAYERS = [
     {"common", "profiles", "ops.troubleshooting", "ops.allocator", "studies.master_weights", "ops.site"},
-    {"config", "hub", "ops.versions"},
+    {"config", "hub", "ops.versions", "course.shipped"},
     {"data", "models"},
     {"tokens"},
     {"masking"},
@@ -42,6 +42,7 @@ LAYERS = [
         "studies.original",
         "studies.breakdowns",
         "studies.entities",
+        "studies.names",
         "ops.card",
     },
     {

@@ -293,7 +293,7 @@ def test_the_log_says_what_auto_decided_and_why_from_what_the_head_knows(monkeyp
         f"its held-out top-1 before training, {c['top1']:.1%}, is under 2 times the {c['constant']:.1%} of always "
         f"guessing {c['commonest']!r}"
     )
-    monkeypatch.setattr(preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.5})
+    monkeypatch.setattr(preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.5, "seconds": 0.1})
     knows = prepare(settings)
     assert auto_note(settings, knows) == (
         "auto: learning rate 5e-05, linear schedule, 3 epochs: a pretrained head's (Devlin et al. 2019): its held-out "
@@ -334,7 +334,7 @@ def test_the_quick_profile_gives_the_offline_minilm_its_measured_rate_schedule_a
 def test_the_main_job_reports_each_example_before_beside_after(smoke_run):
     """metrics.json keeps, for each of the profile's examples, both models' candidates at each mask and the
     corpus's word; the printed report shows the two side by side and says where the word is now first."""
-    from hp_mlm.inference import examples
+    from hp_mlm.course.shipped import examples
     from hp_mlm.ops.report import format_report
 
     _, metrics = smoke_run
@@ -455,7 +455,7 @@ def own_corpus(path, lower: bool):
 
 
 def shipped_sentences() -> list[str]:
-    from hp_mlm.profiles import EXAMPLES
+    from hp_mlm.course.shipped import EXAMPLES
 
     return [text for pairs in EXAMPLES.values() for text, _ in pairs]
 
@@ -498,6 +498,29 @@ def test_own_data_gets_examples_picked_from_its_held_out_rows_in_the_report_and_
     assert [hit["answer"] for hit in metrics["watch"]["first_right"]] == [e["answers"][0] for e in picked]
     card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
     assert picked[0]["text"].partition("[MASK]")[0] in card and "picked from your held-out rows" in card
+
+
+def test_a_books_names_are_followed_at_every_held_out_occurrence_in_the_log_report_metrics_and_card(tmp_path):
+    from hp_mlm.ops.report import format_report
+
+    data = own_corpus(tmp_path / "notes.txt", lower=False)
+    settings = get_settings("smoke", environ={}, dataset=data, output_dir=str(tmp_path / "run"), progress=False)
+    log: list[str] = []
+    metrics = run_job(settings.replace(epochs=2), probes=None, log=log.append, watch_every=2)
+    names = metrics["names"]
+    assert names["followed"] and set(names["before"]) == set(names["after"]) == set(names["followed"])
+    assert all(0 <= names["after"][n] <= seen for n, seen in names["followed"].items())
+    frames = metrics["watch"]["frames"]
+    assert all(set(f["names"]) == set(names["followed"]) for f in frames)
+    assert frames[0]["names"] == names["before"] and frames[-1]["names"] == names["after"]  # one measure, both ends
+    assert any(line.startswith("names followed at every held-out occurrence") for line in log)
+    assert any(line.startswith("this run: ") and "passes over the text" in line for line in log)
+    report = format_report(metrics)
+    first = next(iter(names["followed"]))
+    assert "the book's names at every held-out occurrence" in report and f"    {first} " in report
+    card = (tmp_path / "run" / "model" / "README.md").read_text(encoding="utf-8")
+    assert "## The book's names, at every held-out occurrence" in card and f"| {first} |" in card
+    assert all(t["after"] > t["before"] for t in metrics["taught"])
 
 
 def test_examples_flag_sets_the_run_examples_over_the_shipped_ones(tmp_path):

@@ -1,6 +1,7 @@
 import codecs
 import json
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -23,7 +24,8 @@ def write_all_formats(folder, texts):
 @pytest.mark.parametrize("name", ["rows.txt", "rows.csv", "rows.jsonl", "rows.parquet"])
 def test_local_files_load_in_order_with_one_text_column(tmp_path, name):
     write_all_formats(tmp_path, SENTENCES)
-    rows, report = load_corpus(str(tmp_path / name), "train", "text")
+    # a .txt is paragraphs joined into rows of about max_length tokens: at 8 tokens each sentence is a row of its own
+    rows, report = load_corpus(str(tmp_path / name), "train", "text", max_length=8)
     assert rows["text"] == SENTENCES
     assert rows.column_names == ["text"]
     assert (report.n_loaded, report.n_dropped, report.n_rows) == (8, 0, 8)
@@ -86,7 +88,7 @@ def test_missing_path_and_unsupported_type_name_the_path_and_accepted_types(tmp_
 def test_slices_give_exact_rows(tmp_path, split, expected):
     texts = [f"row number {i} of the tale" for i in range(30)]
     (tmp_path / "t.txt").write_text("\n".join(texts), encoding="utf-8")
-    rows, _ = load_corpus(str(tmp_path / "t.txt"), split)
+    rows, _ = load_corpus(str(tmp_path / "t.txt"), split, max_length=8)  # a paragraph a row: see above
     assert rows["text"] == [texts[i] for i in expected]
 
 
@@ -129,6 +131,7 @@ def test_slices_select_the_rows_load_dataset_selects_for_the_same_string(tmp_pat
     texts = [str(i) for i in range(n_rows)]
     (tmp_path / "rows.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
     Dataset.from_dict({"text": texts}).save_to_disk(str(tmp_path / "saved"))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))  # a row a line
 
     def theirs():
         files = {"train": str(tmp_path / "rows.txt")}
@@ -137,12 +140,12 @@ def test_slices_select_the_rows_load_dataset_selects_for_the_same_string(tmp_pat
     if expected is None:
         with pytest.raises(ValueError, match="corresponds to no data"):
             theirs()
-        for source in ("saved", "rows.txt"):
+        for source in ("saved", "rows.jsonl"):
             with pytest.raises(ValueError, match="selects no rows"):
                 load_corpus(str(tmp_path / source), split)
         return
     assert theirs() == [texts[i] for i in expected]
-    for source in ("saved", "rows.txt"):
+    for source in ("saved", "rows.jsonl"):
         assert load_corpus(str(tmp_path / source), split)[0]["text"] == [texts[i] for i in expected]
 
 
@@ -169,7 +172,8 @@ def test_a_row_the_text_repeats_is_never_held_out_beside_its_copy_in_training(tm
     from hp_mlm.config import get_settings
     from hp_mlm.prepare import prepare
 
-    (tmp_path / "same.txt").write_text("Come in, said Oz.\n" * 20, encoding="utf-8")  # nothing left to hold out
+    same = " ".join(["Come in, said Oz."] * 12)  # 48 words: a row of its own at the smoke profile's 64 tokens
+    (tmp_path / "same.txt").write_text(f"{same}\n" * 20, encoding="utf-8")  # nothing left to hold out
     texts = [f"sentence {i}" for i in range(40)] + ["Come in, said Oz."] * 10
     rows = Dataset.from_dict({"text": texts})
     train, val = train_validation_split(rows, 0.5, seed=3)
@@ -221,7 +225,7 @@ def test_a_txt_saved_by_a_windows_editor_is_read_and_its_encoding_said(tmp_path,
     path = tmp_path / "mine.txt"
     path.write_bytes(encode("\n".join(ACCENTED) + "\n"))
     rows, report = load_corpus(str(path))
-    assert rows["text"] == ACCENTED and report.encoding == read_as
+    assert rows["text"] == [" ".join(ACCENTED)] and report.encoding == read_as  # two paragraphs, one row
 
 
 @pytest.mark.parametrize(
@@ -283,3 +287,67 @@ def test_your_own_texts_long_rows_are_kept_whole_and_the_shipped_corpus_keeps_tr
     shipped = prepare(get_settings("smoke", environ={}, max_length=16, progress=False))
     assert not shipped.settings.split_long_rows and shipped.truncated["rows_cut"] > 0
     assert shipped.batches["rows"] == len(shipped.train_rows)
+
+
+BOOK_PARAGRAPHS = [
+    "CHAPTER I",
+    "Mira Ashdown crossed the Silver Lake at dawn, and the ferry creaked under her.",
+    '"Who rows it?" she asked.',
+    "1",
+    "Hob Tanner rowed the ferry across the lake, as he had done every autumn since the old bell fell silent.",
+]
+
+
+def _book(tmp_path, layout: str, newline: str = "\n") -> str:
+    """The same short book as a learner may have it: one paragraph a line, paragraphs between blank lines, or
+    paragraphs wrapped into short lines between blank lines (Project Gutenberg's layout)."""
+    if layout == "a paragraph a line":
+        text = "\n".join(BOOK_PARAGRAPHS)
+    elif layout == "blank lines between":
+        text = "\n\n".join(BOOK_PARAGRAPHS) + "\n\n\n"
+    else:  # wrapped at about 40 characters, blank lines between
+        import textwrap
+
+        text = "\n\n".join("\n".join(textwrap.wrap(p, 40)) for p in BOOK_PARAGRAPHS)
+    path = tmp_path / f"{layout.replace(' ', '_')}.txt"
+    path.write_bytes(text.replace("\n", newline).encode("utf-8"))
+    return str(path)
+
+
+@pytest.mark.parametrize("layout", ["a paragraph a line", "blank lines between", "wrapped"])
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_txt_is_read_as_paragraphs_whatever_its_layout_and_blank_lines_are_never_rows(tmp_path, layout, newline):
+    from hp_mlm.data import paragraph_rows, paragraphs
+
+    path = _book(tmp_path, layout, newline)
+    assert paragraphs(open(path, encoding="utf-8", newline="").read()) == BOOK_PARAGRAPHS
+    rows, _ = load_corpus(path, "train", "text", max_length=128)
+    assert rows["text"] == paragraph_rows(BOOK_PARAGRAPHS, 128) == [" ".join(BOOK_PARAGRAPHS)]  # one row of ~60 words
+    short, _ = load_corpus(path, "train", "text", max_length=32)  # rows of at most 0.7 * 32 = 22 words
+    assert " ".join(short["text"]) == " ".join(BOOK_PARAGRAPHS) and all(t.strip() for t in short["text"])
+    # 2 + 14 + 5 + 1 words fit 22.4, 20 more would not: a chapter heading and a chapter number join a row
+    assert short["text"] == [" ".join(BOOK_PARAGRAPHS[:4]), BOOK_PARAGRAPHS[4]]
+
+
+def test_the_command_line_and_the_notebooks_read_the_same_rows_of_a_txt_whole_in_every_profile(tmp_path):
+    """The command line's ``--dataset`` (an override) and a notebook's ``MY_TEXT`` (``HP_MLM_DATASET``) give the
+    same settings and, through the loader the notebooks call and ``prepare``, the same rows: the whole text."""
+    from hp_mlm.config import get_settings
+    from hp_mlm.prepare import prepare
+
+    book = tmp_path / "book.txt"
+    book.write_text("\n\n".join(f"Paragraph {i} of the tale, where Mira rows the ferry again." for i in range(120)))
+    for profile in ("quick", "full", "offline", "smoke"):
+        cli = get_settings(profile, environ={}, dataset=str(book))
+        notebook = get_settings(environ={"HP_MLM_PROFILE": profile, "HP_MLM_DATASET": str(book)})
+        assert cli == notebook and cli.split == "train", profile  # never the profile's slice of the course's data
+    assert get_settings("quick", environ={}, dataset=str(book), split="train[:3]").split == "train[:3]"  # asked for
+    settings = get_settings("smoke", environ={}, dataset=str(book), progress=False)
+    rows, report = load_corpus(settings.dataset, settings.split, settings.text_column, settings.max_length)
+    prep = prepare(settings)
+    assert sorted([*prep.train_rows["text"], *prep.validation_rows["text"]]) == sorted(rows["text"])
+    assert report.n_rows == len(rows) < 120 and not any(not t.strip() for t in rows["text"])
+    for stem in ("01_tokenising", "02_masking"):  # the notebooks call the loader with the run's max_length
+        cells = json.loads((Path(__file__).parents[1] / "notebooks" / f"{stem}.ipynb").read_text())["cells"]
+        calls = ["".join(c["source"]) for c in cells if "load_corpus(" in "".join(c["source"])]
+        assert calls and all("settings.text_column, settings.max_length)" in call for call in calls), stem

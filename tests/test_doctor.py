@@ -247,7 +247,10 @@ def test_the_fit_check_says_how_long_notebook_03_and_the_job_take_and_whether_th
     assert lines[-1].startswith("room         fits: the 3-hour room gives notebook 03 35 min of lesson + 2.9 min")
     slow = doctor.fit_lines({**timed, "step": 7.0}, allowance=(176.1, 1.0))  # a busy laptop: 56 min of training
     assert slow[-2].startswith("room         does NOT fit (52.") and "35 min of lesson" in slow[-2]
-    assert "HP_MLM_TIME_BUDGET=3.5 (about 30 of its 480 steps)" in slow[-1] and "docs/teaching.md" in slow[-1]
+    assert "HP_MLM_TIME_BUDGET" not in slow[-1]  # 30 steps would stop before learning shows: never advised
+    assert "stop near step 30, before learning shows (about step 70" in slow[-1] and "hand out a model" in slow[-1]
+    slower = doctor.fit_lines({**timed, "step": 2.0}, allowance=(176.1, 1.0))  # 106 steps fit: past step 70
+    assert "HP_MLM_TIME_BUDGET=3.5 (about 106 of its 480 steps)" in slower[-1] and "docs/teaching.md" in slower[-1]
     hopeless = doctor.fit_lines({**timed, "load": 400.0}, allowance=(176.1, 1.0))
     assert "no training step fits" in hopeless[-1] and "hand out a model" in hopeless[-1]
     assert "clone of the repository" in doctor.fit_lines(timed, allowance=None)[-1]

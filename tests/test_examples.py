@@ -7,8 +7,8 @@ from importlib import resources
 
 import pytest
 
-from hp_mlm.inference import example_sentences, examples
-from hp_mlm.profiles import BOOKS_DATASET, EXAMPLES, PACKAGE_DATASETS, PROFILE_OVERRIDES
+from hp_mlm.course.shipped import EXAMPLES, example_sentences, examples
+from hp_mlm.profiles import BOOKS_DATASET, PACKAGE_DATASETS, PROFILE_OVERRIDES
 
 
 @pytest.mark.parametrize("dataset", [d for d in EXAMPLES if d in PACKAGE_DATASETS])

@@ -125,3 +125,28 @@ def test_the_command_line_makes_a_handout_and_predict_uses_it(tmp_path, teacher,
     shown = capsys.readouterr()
     assert status == 0 and "mask 1:" in shown.out
     assert f"using the model handed out in {archive}" in shown.err
+
+
+def test_a_handout_of_the_class_book_is_accepted_where_the_same_text_sits_at_another_path(tmp_path, smoke_tokenizer):
+    """The teacher's book and each laptop's copy are the same data: matched by their bytes, not their path; a
+    different text at the learner's path is still refused."""
+    text = "Mira rowed the ferry across the lake.\n\nHob rang the bell at dawn.\n"
+    (tmp_path / "teacher_book.txt").write_text(text)
+    teacher = get_settings(
+        "smoke", environ={}, dataset=str(tmp_path / "teacher_book.txt"), output_dir=str(tmp_path / "t")
+    )
+    save_model(build_smoke_model(smoke_tokenizer), smoke_tokenizer, tmp_path / "t" / "model")
+    archive = make_handout(teacher)
+    (tmp_path / "laptop").mkdir()
+    (tmp_path / "laptop" / "class_book.txt").write_text(text)
+    learner = get_settings(
+        "smoke",
+        environ={},
+        dataset=str(tmp_path / "laptop" / "class_book.txt"),
+        trained_model=str(archive),
+        output_dir=str(tmp_path / "me"),
+    )
+    assert handed_out_model(learner) == tmp_path / "me" / "handout" / "model"
+    (tmp_path / "laptop" / "class_book.txt").write_text(text + "\nA paragraph of another book.\n")
+    with pytest.raises(ValueError, match="dataset"):
+        handed_out_model(learner.replace(output_dir=str(tmp_path / "me2")))

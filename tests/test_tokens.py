@@ -1,3 +1,5 @@
+import json
+
 import pytest
 import torch
 from datasets import Dataset
@@ -93,8 +95,9 @@ def test_truncation_is_counted_and_the_main_job_says_what_it_dropped(tmp_path, m
     assert len(tok(long_row)["input_ids"]) == 602
     assert truncation(["a short row.", long_row], tok, 128) == {"rows_cut": 1, "tokens_dropped": 474}
     assert truncation([], tok, 128) == {"rows_cut": 0, "tokens_dropped": 0}
-    data = tmp_path / "rows.txt"
-    data.write_text("\n".join([f"Mira rowed the ferry across the lake, day {i}." for i in range(10)] + [long_row]))
+    data = tmp_path / "rows.jsonl"  # a table: a row a line (a .txt would join the short paragraphs into rows)
+    texts = [f"Mira rowed the ferry across the lake, day {i}." for i in range(10)] + [long_row]
+    data.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts))
     settings = get_settings(
         "smoke",
         environ={},
@@ -156,10 +159,10 @@ def test_rows_opening_inside_a_word_are_counted_beside_truncation_and_logged(tmp
     from hp_mlm.ops.job import log_data
     from hp_mlm.prepare import prepare
 
-    rows = [f"the xyzzyplughfrobnicate sang{' the' * i}\n" for i in range(10)]  # distinct: some are held out
-    (tmp_path / "rows.txt").write_text("".join(rows), encoding="utf-8")
+    rows = [f"the xyzzyplughfrobnicate sang{' the' * i}" for i in range(10)]  # distinct: some are held out
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"text": row}) + "\n" for row in rows), encoding="utf-8")
     settings = get_settings(
-        "smoke", environ={}, dataset=str(tmp_path / "rows.txt"), max_length=8, split_long_rows=True, progress=False
+        "smoke", environ={}, dataset=str(tmp_path / "rows.jsonl"), max_length=8, split_long_rows=True, progress=False
     )
     prep = prepare(settings)
     assert prep.truncated == {"rows_cut": 0, "tokens_dropped": 0, "words_cut": 20}

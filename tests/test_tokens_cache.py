@@ -1,6 +1,7 @@
 """The tokenised rows in ``datasets``' cache: found again by a later process with the same settings, re-made
 when a setting changes (a learner's sessions on Colab, each a new process, with the cache on Drive)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -33,11 +34,12 @@ def session(text: Path, cache: Path, max_length: int, hash_seed: str) -> list[st
 
 
 def test_a_second_session_reuses_the_tokenised_rows_and_a_changed_setting_remakes_them(tmp_path):
-    text = tmp_path / "my_book.txt"  # names that recur, so the rows are tokenised with their entities marked
+    # a table of rows (a .txt is read into memory, quickly, and tokenised again each session: it has no cache file)
+    text = tmp_path / "my_book.jsonl"  # names that recur, so the rows are tokenised with their entities marked
     rows = [
         f"{sentence} So ended part {part}." for part in "one two three four five six".split() for sentence in SENTENCES
     ]
-    text.write_text("\n".join(rows) + "\n", encoding="utf-8")  # distinct rows: a repeated row is never held out
+    text.write_text("".join(json.dumps({"text": row}) + "\n" for row in rows), encoding="utf-8")  # distinct rows
     cache = tmp_path / "cache"
     first = session(text, cache, 48, hash_seed="1")
     assert first, "the first session wrote no cache of tokenised rows"

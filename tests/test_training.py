@@ -295,7 +295,9 @@ def test_auto_follows_what_the_head_knows_not_where_it_came_from(tmp_path, smoke
     copy = prepare(smoke.replace(model=str(tmp_path / "model")))
     assert not copy.loaded.head_newly_initialised
     assert chosen(copy) == new and copy.head["new"]
-    monkeypatch.setattr(preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.6})  # a head that knows
+    monkeypatch.setattr(
+        preparing, "evaluate", lambda *args, **kwargs: {"top1": 0.6, "seconds": 0.1}
+    )  # a head that knows
     knows = prepare(smoke.replace(model=str(tmp_path / "model")))
     assert not knows.head["new"] and knows.head["top1"] >= 2 * knows.head["constant"]
     assert chosen(knows) == pretrained

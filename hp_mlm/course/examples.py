@@ -1,7 +1,7 @@
 """Example sentences for any corpus: the ones it ships, the ones you give, or ones picked from your held-out rows.
 
 The live view (``course.watch``), the main job's report, ``metrics.json`` and the model card show the model
-learning a few example sentences. The course's corpora ship theirs (``profiles.EXAMPLES``); for your own
+learning a few example sentences. The course's corpora ship theirs (``course.shipped.EXAMPLES``); for your own
 text, :func:`pick_examples` picks them from the rows held out of training, before training starts, so that
 what you watch is the model learning *your* words. :func:`run_examples` says which list a run uses, and
 where it came from: one list for the watch, the report, ``metrics.json`` and the card.
@@ -21,8 +21,8 @@ from typing import Any
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
+from hp_mlm.course.shipped import examples as shipped_examples
 from hp_mlm.data import find_entities
-from hp_mlm.inference import examples as shipped_examples
 from hp_mlm.inference import fill_mask
 from hp_mlm.studies.probes import normalise_answer, score_probes
 
@@ -344,7 +344,7 @@ def run_examples(
 ) -> Examples:
     """The examples a run shows, one list for the watch, the report, ``metrics.json`` and the card: those in
     ``examples_file`` when given (:func:`read_examples`: it wins), else those shipped with the corpus
-    (``profiles.EXAMPLES``), else those :func:`pick_examples` picks from the held-out rows with the stock
+    (``course.shipped.EXAMPLES``), else those :func:`pick_examples` picks from the held-out rows with the stock
     model (``prepared``: ``prepare.prepare``'s result, before training). Says in ``log`` where they came from."""
     s, loaded = prepared.settings, prepared.loaded
     if examples_file:

@@ -19,7 +19,8 @@ from typing import Any
 from hp_mlm.checkpoints import finished_model
 from hp_mlm.course.examples import run_examples
 from hp_mlm.course.runs import whose_model
-from hp_mlm.inference import examples, fill_mask
+from hp_mlm.course.shipped import examples
+from hp_mlm.inference import fill_mask
 from hp_mlm.models import load_model
 from hp_mlm.prepare import prepare
 

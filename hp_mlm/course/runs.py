@@ -13,6 +13,8 @@ from typing import Any
 
 from hp_mlm.hub import is_local
 from hp_mlm.ops.card import CARD
+from hp_mlm.profiles import HEAD_AUTO, own_text
+from hp_mlm.training import optimizer_steps
 
 #: What a card's settings must share with the notebook's for its model to be "your model".
 SAME_RUN = ("dataset", "split", "model")
@@ -64,3 +66,31 @@ def run_start(plan) -> str:
         return f"starts a new run{where}"
     batches = f" (after {plan.batches_done} of its batches)" if plan.batches_done else ""
     return f"continues the run{where}, at epoch {plan.start_epoch + 1} of {plan.settings.epochs}{batches}"
+
+
+#: A training step costs about this many times the forward pass over the same tokens in the evaluation before
+#: training (``prepare.head_check``'s wall time): measured 1.4-2.0 for the offline MiniLM on 2 cores in bf16
+#: (benchmarks/results/book_names.md); the larger, so that the estimate errs long.
+STEP_PER_FORWARD = 2.0
+
+
+def run_length(prep, sized: bool = True) -> str:
+    """The run's length before it trains, in a room's terms: its optimiser steps, the passes over the text and the
+    steps each, and the minutes of training at this machine's pace, estimated from the evaluation before training
+    (:data:`STEP_PER_FORWARD`); for a learner's text (sized to the room: ``profiles.ROOM_STEPS``) also what more
+    passes would cost. ``prep``: ``prepare.Prepared``; ``sized``: the epochs were left on auto (a learner who set
+    them is not told it again). E.g. ``"483 optimiser steps: 7 passes over the text (69
+    steps each), about 4.0 min of training at this machine's pace"``."""
+    s = prep.settings
+    each = optimizer_steps(len(prep.train_tokens), s.replace(epochs=1))
+    tokens = sum(len(row["input_ids"]) for row in prep.frozen_validation)
+    per_token = STEP_PER_FORWARD * prep.head["seconds"] / tokens
+    step = per_token * s.batch_size * s.gradient_accumulation_steps * prep.batches["tokens"] / prep.batches["rows"]
+    text = (
+        f"{each * s.epochs} optimiser steps: {s.epochs} pass{'es' * (s.epochs != 1)} over the text ({each} steps "
+        f"each), about {step * each * s.epochs / 60:.1f} min of training at this machine's pace"
+    )
+    most = HEAD_AUTO["new" if prep.head["new"] else "pretrained"]["epochs"]
+    if sized and own_text(s.dataset) and s.epochs < most:
+        text += f"; sized for a room: {most} passes (HP_MLM_EPOCHS={most}) would take about {step * each * most / 60:.1f} min"
+    return text

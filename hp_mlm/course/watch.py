@@ -3,7 +3,7 @@
 Taught in ``notebooks/03_training.ipynb``, whose real run shows it; the main job (``python -m hp_mlm
 train``) prints it, a line per frame. :class:`WatchLearning` is a ``training.Callback``: every
 ``every`` optimiser steps it asks the model for its top-3 tokens at each mask of the profile's example
-sentences (``inference.examples``) and counts the probes with a one-token answer that it gets right
+sentences (``course.shipped.examples``) and counts the probes with a one-token answer that it gets right
 (``studies.probes``: the answer its first guess; a name of several pieces needs a whole-word beam per
 probe, about 20 times the cost of the rest of a frame, so the watch leaves those to the report), then
 redraws one display in place: a table *step -> guesses*, a row per frame so that the history stays on
@@ -36,8 +36,9 @@ from torch import nn
 from transformers import PreTrainedTokenizerBase
 
 from hp_mlm.callbacks import EARLY_STOPPING, TIME_BUDGET, time_budget
-from hp_mlm.inference import examples as shipped_examples
+from hp_mlm.course.shipped import examples as shipped_examples
 from hp_mlm.inference import fill_mask
+from hp_mlm.studies.names import LEARNED, Followed, first_learned, score_names
 from hp_mlm.studies.probes import default_probes, load_probes, normalise_answer, score_probes
 from hp_mlm.training import Callback, TrainingPlan
 
@@ -90,10 +91,14 @@ class WatchLearning(Callback):
         log: where a frame's line goes (``print``, the job's log); None: a notebook's display updated in
             place when an IPython kernel runs this, else ``print``.
         examples: the run's example sentences (``course.examples.run_examples``); None: those shipped with the
-            profile's corpus (``inference.examples``). With no example and no one-token probe there is nothing
-            to watch: no frame is scored.
+            profile's corpus (``course.shipped.examples``). A resumed run watches the examples its history kept
+            (``history["watch"]["examples"]``), whatever is passed: its frames and first steps stay one story.
+        names: the book's names followed at every held-out occurrence (``studies.names.follow_names``); None:
+            none. With no example, no one-token probe and no name there is nothing to watch: no frame is scored.
     Each frame is ``{"step", "seconds"`` (training clock), ``"examples"`` (``[sentence][mask]``: the top-3
-    ``{"token", "score"}``), ``"probes_right"``, ``"probes"}`` (top-1 hits of how many one-token probes).
+    ``{"token", "score"}``), ``"probes_right"``, ``"probes"`` (top-1 hits of how many one-token probes), ``"names"}``
+    (``{name: held-out occurrences where it was the first guess}``, of ``history["watch"]["names"]``; ``{}``
+    without names); ``history["watch"]["names_learned"]`` says when each name was first right at a third of them.
     """
 
     def __init__(
@@ -104,6 +109,7 @@ class WatchLearning(Callback):
         every: int | None = None,
         log: Callable[[str], None] | None = None,
         examples: Any = None,
+        names: Followed | None = None,
     ) -> None:
         if probes is None:
             shipped = default_probes(plan.settings)
@@ -113,8 +119,11 @@ class WatchLearning(Callback):
         self.probes = [{"text": p["text"], "answer": p["answer"]} for p in one_token]  # no candidates to rank
         shown = getattr(examples, "examples", examples)  # course.examples.Examples, or the pairs themselves
         self.examples = tuple(shipped_examples(plan.settings.dataset) if shown is None else shown)
+        if kept := plan.history.get("watch", {}).get("examples"):  # a resumed run watches the examples it began with
+            self.examples = tuple((text, tuple(answers)) for text, answers in kept)
         self.every = watch_every(plan.total_steps) if every is None else every
-        self.every = self.every if self.examples or self.probes else 0
+        self.names, self.settings = names if names and names.items else None, plan.settings
+        self.every = self.every if self.examples or self.probes or self.names else 0
         self.log, self.handles = log, None
         self.total, self.budget = plan.total_steps, time_budget(plan).seconds  # for the time left
         self.drawn = self.stepped = time.monotonic()  # wall clock of the last redraw, and of the last step
@@ -127,9 +136,13 @@ class WatchLearning(Callback):
         self.since = dict(self.last)  # where this session started: its pace is its own
         self.record = plan.history.setdefault("watch", {"every": self.every, "frames": [], "seconds": 0.0})
         self.record["planned"] = {"steps": plan.total_steps, "epochs": plan.settings.epochs}  # see run_ending
+        self.record["examples"] = [[text, list(answers)] for text, answers in self.examples]
         if source := getattr(examples, "source", None):  # where the examples came from: the card says it
             self.record["source"] = source
         self.record.setdefault("first_right", self.first_right())
+        if self.names:  # the names followed and their held-out occurrences (a resumed run keeps its own)
+            self.record.setdefault("names", self.names.occurrences)
+            self.record["names_learned"] = first_learned(self.record["frames"], self.record["names"])
         if self.every and not self.record["frames"]:  # step 0, or where a run resumed without its frames
             self.frame(plan.model, last["step"], last["seconds"])
         elif self.record["frames"] and self.log is None:
@@ -168,6 +181,8 @@ class WatchLearning(Callback):
         with torch.inference_mode():  # fill_mask switches to eval mode (no dropout) and back
             found = fill_mask(model, self.tokenizer, sentences, top_k=SHOWN) if sentences else []
             hits = score_probes(model, self.tokenizer, self.probes, top_k=1)["hits_top1"] if self.probes else 0
+            s, names = self.settings, self.names
+            right = score_names(model, names, self.tokenizer, s.eval_batch_size, s.precision) if names else {}
         guesses = [[[{"token": c["token"], "score": round(c["score"], 4)} for c in mask] for mask in s] for s in found]
         frame = {
             "step": step,
@@ -175,9 +190,12 @@ class WatchLearning(Callback):
             "examples": guesses,
             "probes_right": hits,
             "probes": len(self.probes),
+            "names": right,
         }
         self.record["frames"].append(frame)
         self.record["first_right"] = self.first_right()
+        if names:
+            self.record["names_learned"] = first_learned(self.record["frames"], self.record["names"])
         self.show()
         self.record["seconds"] += time.perf_counter() - started
         return frame
@@ -202,12 +220,12 @@ class WatchLearning(Callback):
     def show(self) -> None:
         """The last frame as a line (``log``), or the whole table, the curves and the line in a notebook, in place."""
         if self.log is not None:
-            self.log(frame_line(self.record["frames"][-1], self.examples))
+            self.log(frame_line(self.record["frames"][-1], self.examples, self.record.get("names")))
             return
         from IPython.display import display
 
         curves, line = self.moving()  # the line first: it is what moves, and a table of rows grows under it
-        shown = (line, FramesTable(self.record["frames"], self.examples), curves)
+        shown = (line, FramesTable(self.record["frames"], self.examples, self.record.get("names")), curves)
         if self.handles is None:
             self.handles = [display(item, display_id=True) for item in shown]
         else:
@@ -229,15 +247,15 @@ class WatchLearning(Callback):
 
     def moving(self) -> tuple[LearningCurves, RunLine]:
         """What a redraw between frames changes: the curves and the line."""
-        curves = LearningCurves(self.losses, self.record["frames"])
+        curves = LearningCurves(self.losses, self.record["frames"], self.record.get("names"))
         return curves, RunLine(self.last, self.total, self.budget, self.losses, self.since)
 
 
 def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     """The frames that tell a run's story (notebook 04): the first, each frame where a mask's corpus word
-    first came first, and the last, in step order. ``watch``: a run's ``history["watch"]``."""
+    first came first or a followed name was first right at a third of its occurrences, and the last, in step order. ``watch``: a run's ``history["watch"]``."""
     frames = watch["frames"]
-    turned = {hit["step"] for hit in watch["first_right"] if hit["step"] is not None}
+    turned = {hit["step"] for hit in watch["first_right"] + watch.get("names_learned", []) if hit["step"] is not None}
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
 
 
@@ -277,13 +295,13 @@ def run_ending(
     history: dict[str, Any], again: str = "run the notebook again from the top", further: str = TRAIN_FURTHER
 ) -> str:
     """What a watched run's end means, for a learner: "" when an example's corpus word came first during
-    training (a frame after step 0); else a few sentences saying why none did (a time budget, early
+    training (a frame after step 0), or a followed name was right at a third of its held-out occurrences; else a few sentences saying why none did (a time budget, early
     stopping, or a run too short for this model: :func:`stop_reason`, never the words of a message), that
     this is a normal ending and the model is saved all the same, and what to do next: a time budget's run
     continues from its checkpoint (``again``: how, e.g. the main job's same command with ``--resume``); a
     run that ended is trained further from its saved model (``further``; the job names its command)."""
     watch = history.get("watch") or {}
-    if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"]):
+    if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"] + watch.get("names_learned", [])):
         return ""
     steps, why = history["optimizer_steps"], stopped_early(history)
     if stop_reason(history) == TIME_BUDGET:
@@ -291,8 +309,10 @@ def run_ending(
     else:
         why = why or f"it trained all {steps} steps it planned, too few for this model"
         more = further
+    names = " and no name of the book was right at a third of its held-out occurrences" if watch.get("names") else ""
+    none = f"No example's word came first{names}"
     return (
-        f"No example's word came first in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. "
+        f"{none} in this run's {steps} optimiser step{'s' * (steps != 1)}: {why}. "
         "That is a normal ending, not a fault: the model is saved as it is, and notebook 04 evaluates it. To see "
         "the words turn, "
         f"{more}; or use the trained model a teacher hands out (`python -m hp_mlm handout` makes it once, on "
@@ -314,10 +334,20 @@ def _guess(c: dict[str, Any], with_score: bool = True) -> str:
     return f"{c['token']} {c['score']:.2f}" if with_score else c["token"]
 
 
-def frame_line(frame: dict[str, Any], shown: Sequence[tuple[str, Sequence[str]]]) -> str:
+def names_text(frame: dict[str, Any], names: dict[str, int] | None, mark: Callable[[str], str] = str) -> str:
+    """A frame's followed names, each right at how many of its held-out occurrences (``names``: ``{name:
+    occurrences}``), ``mark`` marking those right at a third or more: ``"mary 31/74, colin 2/26"``; "" without."""
+    right = frame.get("names") or {}
+    said = [(f"{n} {right.get(n, 0)}/{seen}", right.get(n, 0) >= LEARNED * seen) for n, seen in (names or {}).items()]
+    return ", ".join(mark(text) if learned else text for text, learned in said)
+
+
+def frame_line(
+    frame: dict[str, Any], shown: Sequence[tuple[str, Sequence[str]]], names: dict[str, int] | None = None
+) -> str:
     """One frame as a log line: the first example's top-3, how many masks have the corpus's word first,
-    and the probes right, e.g. ``step 40 (0.3 min)  Hob [MASK] -> tanner 0.41, ##water, ##by  masks 1/5
-    probes 3/35``."""
+    the probes right and the followed names (:func:`names_text`), e.g. ``step 40 (0.3 min)  Hob [MASK] -> tanner
+    0.41, ##water, ##by  masks 1/5  probes 3/35  names mary 31/74, colin 2/26``."""
     line = f"step {frame['step']} ({frame['seconds'] / 60:.1f} min)"
     if shown:  # a run without examples shows its probes alone
         first = frame["examples"][0][0]
@@ -326,15 +356,21 @@ def frame_line(frame: dict[str, Any], shown: Sequence[tuple[str, Sequence[str]]]
         tops = [mask[0]["token"] for sentence in frame["examples"] for mask in sentence]
         right = sum(t == a for t, a in zip(tops, answers))
         line += f"  {mask_label(shown[0][0], 0)} -> {guesses}  masks {right}/{len(answers)} first"
-    return line + (f"  probes {frame['probes_right']}/{frame['probes']}" if frame["probes"] else "")
+    line += f"  probes {frame['probes_right']}/{frame['probes']}" if frame["probes"] else ""
+    return line + (f"  names {names_text(frame, names)}" if names else "")
 
 
 class FramesTable:
     """The frames as a table, a row per frame: the optimiser step, the top-3 at each mask (the corpus's
     word in bold where it comes first), probes right (no times: they change every run). Renders as HTML in a notebook, text elsewhere."""
 
-    def __init__(self, frames: Sequence[dict[str, Any]], shown: Sequence[tuple[str, Sequence[str]]]) -> None:
-        self.frames, self.shown = frames, shown
+    def __init__(
+        self,
+        frames: Sequence[dict[str, Any]],
+        shown: Sequence[tuple[str, Sequence[str]]],
+        names: dict[str, int] | None = None,
+    ) -> None:
+        self.frames, self.shown, self.names = frames, shown, names
         self.masks = [  # numbered by sentence: two sentences may name the same word beside their masks
             (s, m, f"{s + 1} · {mask_label(text, m)}", a)
             for s, (text, words) in enumerate(shown)
@@ -350,11 +386,13 @@ class FramesTable:
             if guesses and guesses[0]["token"] == answer:
                 texts[0] = mark(texts[0])
             row.append(", ".join(texts))
-        return row + ([f"{frame['probes_right']}/{frame['probes']}"] if self.frames[0]["probes"] else [])
+        row += [f"{frame['probes_right']}/{frame['probes']}"] if self.frames[0]["probes"] else []
+        return row + ([names_text(frame, self.names, mark)] if self.names else [])  # names: letters only
 
     def header(self) -> list[str]:
         probes = ["one-token probes right"] if self.frames[0]["probes"] else []
-        return ["step", *(f"{label} ({answer})" for _, _, label, answer in self.masks), *probes]
+        names = ["the book's names: right at how many held-out occurrences"] if self.names else []
+        return ["step", *(f"{label} ({answer})" for _, _, label, answer in self.masks), *probes, *names]
 
     def __repr__(self) -> str:
         rows = [self.header()] + [self.cells(f, lambda t: f"*{t}*") for f in self.frames]
@@ -368,6 +406,7 @@ class FramesTable:
             for f in self.frames
         )
         note = "the top-3 tokens at each mask, after each optimiser step shown (in bold: the corpus's word, first)"
+        note += "; the book's names in bold where right at a third of their held-out occurrences" if self.names else ""
         sentences = "".join(f"<li>{html.escape(text)}</li>" for text, _ in self.shown)
         table = f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
         return f"{table}<p><small>{note}; the sentences:</small></p><ol><small>{sentences}</small></ol>"
@@ -464,21 +503,42 @@ class RunClock(Callback):
 
 
 class LearningCurves:
-    """The loss so far (per step, and its running mean) beside the probes right at each frame, as a PNG."""
+    """The loss so far (per step, and its running mean) beside the probes right at each frame and, given
+    ``names`` (``{name: held-out occurrences}``), each followed name's share of its occurrences right, as a PNG."""
 
-    def __init__(self, losses: Sequence[tuple[int, float]], frames: Sequence[dict[str, Any]], smooth: int = 10) -> None:
-        self.losses, self.frames, self.smooth = losses, frames, smooth
+    def __init__(
+        self,
+        losses: Sequence[tuple[int, float]],
+        frames: Sequence[dict[str, Any]],
+        names: dict[str, int] | None = None,
+        smooth: int = 10,
+    ) -> None:
+        self.losses, self.frames, self.names, self.smooth = losses, frames, names or {}, smooth
 
     def __repr__(self) -> str:
         last = self.frames[-1]
         probes = f", {last['probes_right']} of {last['probes']} one-token probes right" if last["probes"] else ""
-        return f"<learning curves: {len(self.losses)} steps, {len(self.frames)} frames{probes}>"
+        names = f"; names right: {names_text(last, self.names)}" if self.names else ""
+        return f"<learning curves: {len(self.losses)} steps, {len(self.frames)} frames{probes}{names}>"
+
+    def names_panel(self, ax) -> None:
+        """Each followed name's share of its held-out occurrences right (first guess), frame by frame."""
+        steps = [f["step"] for f in self.frames]
+        for name, seen in self.names.items():
+            ax.plot(steps, [f.get("names", {}).get(name, 0) / seen for f in self.frames], "o-", ms=3, label=name)
+        ax.axhline(LEARNED, color="grey", lw=0.8, ls=":")
+        ax.set(xlabel="optimiser step", ylabel="share right (top-1)", ylim=(0, 1))
+        ax.set_title("The book's names, at every held-out occurrence", fontsize=10)
+        ax.legend(fontsize=7, ncol=2)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict[str, str]:  # noqa: ARG002 - IPython's signature
         from matplotlib.figure import Figure
 
-        fig = Figure(figsize=(9, 2.8))
-        loss_ax, probe_ax = fig.subplots(1, 2)
+        probes = self.frames[-1]["probes"] or not self.names  # a run with neither keeps the (empty) probes panel
+        fig = Figure(figsize=(9 + 4.5 * (bool(self.names) and bool(probes)), 2.8))
+        loss_ax, *others = fig.subplots(1, 1 + bool(probes) + bool(self.names))
+        if self.names:
+            self.names_panel(others.pop())
         steps, losses = [s for s, _ in self.losses], [x for _, x in self.losses]
         loss_ax.plot(steps, losses, lw=0.8, alpha=0.4, label="per step")
         if losses:
@@ -493,13 +553,15 @@ class LearningCurves:
             loss_ax.text(0.5, 0.5, "no step yet", ha="center", va="center", transform=loss_ax.transAxes)
             loss_ax.set(xticks=[], yticks=[])
         loss_ax.set(xlabel="optimiser step", ylabel="cross-entropy (nats)", title="Training loss so far")
-        probe_ax.plot([f["step"] for f in self.frames], [f["probes_right"] for f in self.frames], "o-")
-        probe_ax.set(
-            xlabel="optimiser step",
-            ylabel="right (top-1)",
-            title=f"One-token probes right, of {self.frames[-1]['probes']}",
-        )
-        probe_ax.set_ylim(0, max(1, self.frames[-1]["probes"]))
+        if probes:
+            (probe_ax,) = others
+            probe_ax.plot([f["step"] for f in self.frames], [f["probes_right"] for f in self.frames], "o-")
+            probe_ax.set(
+                xlabel="optimiser step",
+                ylabel="right (top-1)",
+                title=f"One-token probes right, of {self.frames[-1]['probes']}",
+            )
+            probe_ax.set_ylim(0, max(1, self.frames[-1]["probes"]))
         fig.tight_layout()
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=90)

@@ -22,8 +22,8 @@ from typing import Any
 
 from hp_mlm.common import atomic_write_text
 from hp_mlm.config import Settings
+from hp_mlm.course.shipped import example_sentences
 from hp_mlm.hub import is_local
-from hp_mlm.inference import example_sentences
 
 #: The load example's sentence for a run without example sentences (written for the course).
 PLAIN_SENTENCE = "The capital of France is [MASK]."
@@ -101,6 +101,21 @@ read every {{ watch_every }} optimiser steps; the corpus's word came first at:
 {% for line in first_right -%}
 - {{ line }}
 {% endfor %}
+{% endif %}
+{%- if names %}
+## The book's names, at every held-out occurrence
+
+Each name hidden whole wherever it occurs in the held-out rows; right where it is the model's first guess:
+
+| name | right before | right after | of occurrences |
+| --- | --- | --- | --- |
+{% for name, before, after, seen in names -%}
+| {{ name }} | {{ before }} | {{ after }} | {{ seen }} |
+{% endfor %}
+{%- if taught %}
+Words of the book it now gets right at held-out gaps and did not before (right before -> after, of seen):
+{{ taught }}.
+{% endif %}
 {% endif %}
 ## Training
 
@@ -193,7 +208,9 @@ def card_summary(
         ``trained_on`` (the model, ``@`` its Hub commit where it came from the Hub, and the training rows'
         fingerprint, from the history's ``run``: ``checkpoints.resume_key``; ``course.runs`` reads it back),
         ``watch`` (``every`` and ``first_right``: when each example's word came first, ``course.watch``), ``examples``
-        (the run's first example sentence and where its examples came from, ``course.examples``); missing parts are absent.
+        (the run's first example sentence and where its examples came from, ``course.examples``), ``names`` (the
+        book's names followed at every held-out occurrence: ``{"followed", "before", "after"}``, from the metrics, or
+        from the watch's first and last frames) and ``taught`` (``studies.names.taught``); missing parts are absent.
     """
     settings = settings.as_dict() if isinstance(settings, Settings) else dict(settings)
     summary: dict[str, Any] = {"settings": {k: settings[k] for k in SETTINGS_SHOWN if k in settings}}
@@ -202,6 +219,12 @@ def card_summary(
     watch = (metrics or {}).get("watch") or (history or {}).get("watch")
     if watch and watch.get("frames"):
         summary["watch"] = {"every": watch["every"], "first_right": watch["first_right"]}
+    if watch and watch.get("frames") and watch.get("names"):  # notebook 03: its first and last frames
+        ends = {"before": watch["frames"][0].get("names", {}), "after": watch["frames"][-1].get("names", {})}
+        summary["names"] = {"followed": watch["names"], **ends}
+    if (metrics or {}).get("names", {}).get("followed"):
+        summary["names"] = {k: metrics["names"][k] for k in ("followed", "before", "after")}
+    summary["taught"] = (metrics or {}).get("taught")
     if (metrics or {}).get("examples"):  # the run's own list (course.examples), where the job recorded it
         summary["examples"] = {"first": metrics["examples"][0]["text"], "source": metrics.get("examples_source")}
     elif watch and watch.get("source"):  # notebook 03's card: the watch kept where its examples came from
@@ -290,7 +313,7 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
     total_time = f" ({seconds['total']:.0f} s for the whole job)" if "total" in seconds else ""
     if clock_spans_sessions(seconds):
         total_time = f" over every session of the run ({seconds['total']:.0f} s for this session's whole job)"
-    shown = summary.get("examples", {})
+    shown, names = summary.get("examples", {}), summary.get("names", {})
     example = shown.get("first") or next(iter(example_sentences(s.get("dataset", ""))), PLAIN_SENTENCE)
     return {
         "model_name": name,
@@ -326,6 +349,13 @@ def card_text(summary: dict[str, Any], name: str, repo_id: str | None, commit: s
         "data_licence": KNOWN_LICENCES.get(s.get("dataset", ""), "not known here (see its own dataset card)"),
         "watch_every": summary.get("watch", {}).get("every"),
         "first_right": [first_right_text(hit) for hit in summary.get("watch", {}).get("first_right", [])],
+        "names": [
+            (name, names["before"].get(name, 0), names["after"].get(name, 0), seen)
+            for name, seen in names.get("followed", {}).items()
+        ],
+        "taught": ", ".join(
+            f"{t['word']} {t['before']} -> {t['after']} of {t['seen']}" for t in summary.get("taught") or []
+        ),
     }
 
 

