@@ -92,5 +92,6 @@ def run_length(prep, sized: bool = True) -> str:
     )
     most = HEAD_AUTO["new" if prep.head["new"] else "pretrained"]["epochs"]
     if sized and own_text(s.dataset) and s.epochs < most:
-        text += f"; sized for a room: {most} passes (HP_MLM_EPOCHS={most}) would take about {step * each * most / 60:.1f} min"
+        more = step * each * most / 60
+        text += f"; sized for a room: {most} passes (HP_MLM_EPOCHS={most}) would take about {more:.1f} min"
     return text

@@ -253,7 +253,8 @@ class WatchLearning(Callback):
 
 def key_frames(watch: dict[str, Any]) -> list[dict[str, Any]]:
     """The frames that tell a run's story (notebook 04): the first, each frame where a mask's corpus word
-    first came first or a followed name was first right at a third of its occurrences, and the last, in step order. ``watch``: a run's ``history["watch"]``."""
+    first came first or a followed name was first right at a third of its occurrences, and the last, in step
+    order. ``watch``: a run's ``history["watch"]``."""
     frames = watch["frames"]
     turned = {hit["step"] for hit in watch["first_right"] + watch.get("names_learned", []) if hit["step"] is not None}
     return [f for i, f in enumerate(frames) if i in (0, len(frames) - 1) or f["step"] in turned]
@@ -295,11 +296,11 @@ def run_ending(
     history: dict[str, Any], again: str = "run the notebook again from the top", further: str = TRAIN_FURTHER
 ) -> str:
     """What a watched run's end means, for a learner: "" when an example's corpus word came first during
-    training (a frame after step 0), or a followed name was right at a third of its held-out occurrences; else a few sentences saying why none did (a time budget, early
-    stopping, or a run too short for this model: :func:`stop_reason`, never the words of a message), that
-    this is a normal ending and the model is saved all the same, and what to do next: a time budget's run
-    continues from its checkpoint (``again``: how, e.g. the main job's same command with ``--resume``); a
-    run that ended is trained further from its saved model (``further``; the job names its command)."""
+    training (a frame after step 0), or a followed name was right at a third of its held-out occurrences; else
+    a few sentences saying why none did (a time budget, early stopping, or a run too short for this model:
+    :func:`stop_reason`, never the words of a message), that this is a normal ending and the model is saved all
+    the same, and what to do next: a time budget's run continues from its checkpoint (``again``: how, e.g. the
+    main job's same command with ``--resume``); a run that ended is trained further from its saved model (``further``; the job names its command)."""
     watch = history.get("watch") or {}
     if not watch.get("frames") or any(hit["step"] for hit in watch["first_right"] + watch.get("names_learned", [])):
         return ""

@@ -39,10 +39,11 @@ MIN_OCCURRENCES = 3
 #: a short item keeps the watch's cost small: a frame's names took 0.93 s at 32 against 1.97 s for whole rows of
 #: 128 tokens (The Secret Garden, 191 occurrences, MiniLM on 2 cores in bf16; benchmarks/results/book_names.md).
 CONTEXT = 32
-#: Capitalised words that are titles, not names (``Mrs Medlock``, ``Aunt Em``): never followed.
+#: Capitalised words that are titles (``Mrs Medlock``, ``Aunt Em``) or a book's headings (``Chapter 1``), not
+#: names: never followed.
 TITLES = frozenset(
     "mr mrs ms miss dr sir madam lady lord master mistress aunt uncle king queen prince princess captain "
-    "professor saint st god".split()
+    "professor saint st god chapter book part volume contents".split()
 )
 #: A name is *learned* once it is the first guess at this share of its held-out occurrences.
 LEARNED = 1 / 3
@@ -53,7 +54,8 @@ COMMON = frozenset(
     even ever for from had has have he her here him his how i if in into is it its just like made make may me more
     most much must my never no not now of off on once one only or other our out over said say see she should so
     some such than that the their them then there these they this those through to too up upon us very was we
-    were what when where which while who will with would yes you your""".split()
+    were what when where which while who will with would yes you your don didn doesn couldn wouldn shouldn wasn
+    weren isn aren hadn hasn haven won ll ve re""".split()
 )
 
 
@@ -184,12 +186,13 @@ def hidden_words(frozen: Sequence[dict[str, list[int]]], tokenizer: PreTrainedTo
 
 def taught(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]], limit: int = 12) -> list[dict]:
     """The book's words a run gets right at held-out gaps and did not before (``PerWord`` results before and
-    after): ``[{"word", "seen", "before", "after"}]``, words with a letter that every English text has not
-    (:data:`COMMON`) right more often after, the largest gain first (then the most seen), at most ``limit``."""
+    after): ``[{"word", "seen", "before", "after"}]``, words of two letters or more that every English text has not
+    (:data:`COMMON`; nor the pieces of *don't*) right more often after, the largest gain first (then the most
+    seen), at most ``limit``."""
     gained = [
         {"word": w, "seen": a["seen"], "before": before.get(w, {}).get("right", 0), "after": a["right"]}
         for w, a in after.items()
-        if a["right"] > before.get(w, {}).get("right", 0) and w not in COMMON and any(c.isalpha() for c in w)
+        if a["right"] > before.get(w, {}).get("right", 0) and w not in COMMON and sum(c.isalpha() for c in w) > 1
     ]
     return sorted(gained, key=lambda g: (g["before"] - g["after"], -g["seen"], g["word"]))[:limit]
 
